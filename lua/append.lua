@@ -1,0 +1,95 @@
+--@include cursor
+-- append: adds a batch of events to a session's log, idempotently by event id,
+-- and starts the cursor work the events carry.
+--
+-- KEYS[1]  the session counter; every other key is derived from it.
+-- ARGV[1]  now, epoch milliseconds from the store's clock
+-- ARGV[2]  n, the number of events
+-- ARGV[3]  served consumers: '' for all, else JSON (see cursor.use_served)
+-- ARGV[4]  origin index of scheduled work, or ''
+-- then per event i (offset o = 4 + (i - 1) * 5):
+--   ARGV[o+1] id, ARGV[o+2] type, ARGV[o+3] payload JSON,
+--   ARGV[o+4] cause JSON or '', ARGV[o+5] targets JSON ([[consumer, tag]...]) or ''
+--
+-- Replies:
+--   { 'ok', first index, has_pending }              appended
+--   { 'empty', has_pending }                        n was 0
+--   { 'dup', has_pending, entry... }                every id present: the stored
+--                                                    entries, in request order
+--   { 'partial', count }                            some ids present; nothing written
+--   { 'cleared', origin }                           origin at or below the clear marker
+--   { 'superseded', position }                      the cause of event `position` no
+--                                                    longer owns its cursor's head
+--   { 'index', type, after }                        index `type` down to `after`, then
+--                                                    run again; nothing written
+local now, n = ARGV[1], tonumber(ARGV[2])
+use_served(ARGV[3])
+local ids = {}
+for i = 1, n do ids[i] = ARGV[4 + (i - 1) * 5 + 1] end
+local owners = read_bounds(ids)
+if n == 0 then return { 'empty', has_pending() } end
+
+local found = 0
+for i = 1, n do
+  if owners[i] then found = found + 1 end
+end
+if found == n then
+  local reply = { 'dup', has_pending() }
+  for i = 1, n do
+    local at = owners[i] .. '-0'
+    reply[#reply + 1] = redis.call('XRANGE', LOG, at, at)[1]
+  end
+  return reply
+end
+if found > 0 then return { 'partial', int(found) } end
+
+local origin = ARGV[4]
+if origin ~= '' and tonumber(origin) <= boundary then return { 'cleared', origin } end
+
+-- The attempt fence: an event caused by a consumer's attempt commits only
+-- while that attempt still owns its cursor's head, undead.
+local refs, fenced = {}, {}
+for i = 1, n do
+  local raw = ARGV[4 + (i - 1) * 5 + 4]
+  if raw ~= '' then
+    local cause = cjson.decode(raw)
+    local idx = tonumber(cause.index)
+    if idx <= boundary then return { 'superseded', int(i) } end
+    local tag = type(cause.lane) == 'string' and ('L' .. cause.lane) or '#'
+    refs[#refs + 1] = { idx, row_of(cause.consumer, tag) }
+    fenced[#fenced + 1] = { position = i, consumer = cause.consumer, attempt = tonumber(cause.attempt), tag = tag }
+  end
+end
+local rows = read_rows(refs, { 'd', 'f', 'p', 'l', 'ch' })
+for k, cause in ipairs(fenced) do
+  local row = rows[k]
+  if tonumber(row[1] or '0') ~= cause.attempt or row[2] or row[3] or not owns(row[4], cause.tag) then
+    return { 'superseded', int(cause.position) }
+  end
+  -- The cause's head is still claimed, so it is still pending.
+  if served_has(cause.consumer) then pending_fast = true end
+end
+
+local base = total
+local batch = {}
+for i = 1, n do
+  local o = 4 + (i - 1) * 5
+  batch[i] = { idx = base + i, type = ARGV[o + 2], targets = targets_of(ARGV[o + 5]) }
+end
+local planned, missing, after = plan(batch, base)
+if not planned then return { 'index', missing, int(after) } end
+
+for i = 1, n do
+  local o = 4 + (i - 1) * 5
+  local idx = int(base + i)
+  redis.call('XADD', LOG, idx .. '-0',
+    'id', ARGV[o + 1], 'type', ARGV[o + 2], 'payload', ARGV[o + 3],
+    'created_at', now, 'cause', ARGV[o + 4])
+  mark(id_key(ARGV[o + 1]), idx)
+end
+index_batch(batch)
+enqueue(batch)
+mark(COUNTER, int(base + n))
+flush_states()
+commit()
+return { 'ok', int(base + 1), has_pending() }

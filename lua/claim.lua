@@ -1,0 +1,144 @@
+--@include session
+-- claim: claims a session's runnable heads for a holder. Every eligible head
+-- (live, served, not excluded, at or below `through`, not held by an
+-- unexpired claim or retry hold) is claimed, lowest index first, up to
+-- `limit`; each claim bumps the head's attempt. A head whose claim lapsed
+-- counts a failure when taken over, and dead-letters without running once
+-- failures reach max_failures.
+--
+-- KEYS[1]  the session counter
+-- ARGV[1]  holder
+-- ARGV[2]  now, epoch milliseconds
+-- ARGV[3]  claim expiry, epoch milliseconds
+-- ARGV[4]  max failures for lapsed takeovers, or ''
+-- ARGV[5]  served consumers: '' for all, else a JSON list of [name, ...]
+-- ARGV[6]  the highest head index to claim, or ''
+-- ARGV[7]  limit: the most heads to claim in this call
+-- ARGV[8]  excluded count, then per excluded head: consumer, tag
+--          ('#<index>' for an event cursor, 'L<lane>' for a lane or log cursor)
+--
+-- Replies:
+--   { 'claimed', count, head..., clear index, session head } where each head
+--       is { consumer, kind ('#', 'L<lane>' or 'G<lane>'), index, columns, entry }
+--       and columns are d fc lc ch ce a lf lfa e f (f set: dead-lettered by
+--       this takeover, not to be run)
+--   { 'busy', earliest retry time }
+--   { 'settled' }
+--   { 'missing', index }   a head names an index the log lacks (corruption);
+--                          nothing written
+local holder, now, expires_at = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local max_failures = tonumber(ARGV[4])
+local upper = ARGV[6] == '' and '+inf' or ARGV[6]
+local limit = tonumber(ARGV[7])
+local served_all, served = ARGV[5] == '', {}
+if not served_all then
+  for _, entry in ipairs(cjson.decode(ARGV[5])) do served[entry[1]] = true end
+end
+local excluded = {}
+for i = 1, tonumber(ARGV[8]) do
+  excluded[ARGV[8 + (i - 1) * 2 + 1] .. '\0' .. ARGV[8 + (i - 1) * 2 + 2]] = true
+end
+
+local COLUMNS = { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f', 'pins' }
+local page_size = math.max(64, limit * 2)
+local taken, retry_at, bounds_read = {}, nil, false
+local offset = 0
+while #taken < limit do
+  local page = redis.call('ZRANGEBYSCORE', READY, 1, upper, 'WITHSCORES', 'LIMIT', offset, page_size)
+  if #page == 0 then break end
+  if not bounds_read then
+    read_bounds()
+    bounds_read = true
+  end
+  local candidates = {}
+  for i = 1, #page, 2 do
+    local cid, idx = page[i], tonumber(page[i + 1])
+    local consumer, tag = parse_cid(cid)
+    local kind = string.sub(tag, 1, 1)
+    local named = consumer .. '\0' .. (kind == 'G' and ('L' .. string.sub(tag, 2)) or tag)
+    if (served_all or served[consumer]) and not excluded[named] then
+      candidates[#candidates + 1] = {
+        idx, row_of(consumer, tag), consumer = consumer, cid = cid,
+        kind = kind == '#' and '#' or tag,
+      }
+    end
+  end
+  local rows = read_rows(candidates, COLUMNS)
+  for position, candidate in ipairs(candidates) do
+    local row = rows[position]
+    local expires = tonumber(row[5] or '0')
+    if expires > now then
+      if not retry_at or expires < retry_at then retry_at = expires end
+    elseif #taken < limit then
+      taken[#taken + 1] = { candidate = candidate, row = row }
+    end
+  end
+  if #page < page_size * 2 then break end
+  offset = offset + page_size
+end
+
+if #taken == 0 then
+  if retry_at then return { 'busy', int(retry_at) } end
+  return { 'settled' }
+end
+
+-- One XRANGE per run of consecutive indexes.
+local wanted, indexes, entries = {}, {}, {}
+for _, take in ipairs(taken) do
+  local idx = take.candidate[1]
+  if not wanted[idx] then
+    wanted[idx] = true
+    indexes[#indexes + 1] = idx
+  end
+end
+table.sort(indexes)
+local first = 1
+while first <= #indexes do
+  local last = first
+  while last < #indexes and indexes[last + 1] == indexes[last] + 1 do last = last + 1 end
+  local range = redis.call('XRANGE', LOG, int(indexes[first]) .. '-0', int(indexes[last]) .. '-0')
+  for _, entry in ipairs(range) do entries[entry_index(entry[1])] = entry end
+  first = last + 1
+end
+for _, idx in ipairs(indexes) do
+  if not entries[idx] then return { 'missing', int(idx) } end
+end
+
+local reply = { 'claimed', int(#taken) }
+for _, take in ipairs(taken) do
+  local candidate, row = take.candidate, take.row
+  local idx, at = candidate[1], candidate[2]
+  local attempt = int(tonumber(row[1] or '0') + 1)
+  -- A claim still held here lapsed: its attempt never finished.
+  local lapsed = row[4] ~= false
+  local failures = tonumber(row[6] or '0')
+  if lapsed then
+    failures = failures + 1
+    put_row(idx, at, 'a', int(failures))
+  end
+  put_row(idx, at, 'd', attempt)
+  put_row(idx, at, 'l', candidate.kind)
+  local columns
+  if lapsed and max_failures and failures >= max_failures then
+    -- The takeover spent the last attempt: dead-letter it unclaimed. The
+    -- bumped attempt fences the lapsed holder; nothing runs.
+    put_row(idx, at, 'f', ARGV[2])
+    drop_row(idx, at, 'ch')
+    drop_row(idx, at, 'ce')
+    ready_set(candidate.cid, -idx, -1)
+    release_pins(idx, at, row[11])
+    columns = { attempt, row[2], row[3], false, false, int(failures), row[7], row[8], row[9], ARGV[2] }
+  else
+    local first_claimed = row[2] or ARGV[2]
+    put_row(idx, at, 'fc', first_claimed)
+    put_row(idx, at, 'lc', ARGV[2])
+    put_row(idx, at, 'ch', holder)
+    put_row(idx, at, 'ce', expires_at)
+    columns = { attempt, first_claimed, ARGV[2], holder, expires_at, int(failures), row[7], row[8], row[9], false }
+  end
+  reply[#reply + 1] = { candidate.consumer, candidate.kind, int(idx), columns, entries[idx] }
+end
+commit()
+reply[#reply + 1] = int(boundary)
+reply[#reply + 1] = int(total)
+return reply

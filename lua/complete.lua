@@ -1,0 +1,95 @@
+--@include cursor
+-- complete: finishes a claimed attempt. Fenced by (consumer, cursor, index,
+-- attempt, live claim): it moves the cursor past its head (an event cursor is
+-- done, a lane cursor takes its lane's next event, a log cursor the next
+-- event of its types) and appends the events the handler returned, their
+-- cause being that attempt, in one step. A retry after a lost
+-- acknowledgement replays the committed events.
+--
+-- KEYS[1]  the session counter
+-- ARGV[1]  now, epoch milliseconds
+-- ARGV[2]  consumer
+-- ARGV[3]  tag: '#' for an event cursor, 'L<lane>' for a lane or log cursor
+-- ARGV[4]  head index
+-- ARGV[5]  attempt
+-- ARGV[6]  the returned events' cause, as JSON
+-- ARGV[7]  served consumers: '' for all, else JSON (see cursor.use_served)
+-- ARGV[8]  the returned event ids as a JSON list
+-- ARGV[9]  n, the number of returned events
+-- then per returned event i (offset o = 9 + (i - 1) * 4):
+--   ARGV[o+1] id, ARGV[o+2] type, ARGV[o+3] payload JSON, ARGV[o+4] targets JSON or ''
+--
+-- Replies:
+--   { 'ok', first index of the returned events }
+--   { 'duplicate', entry... }   a retry of the committed completion: its events
+--   { 'superseded' }            the attempt no longer owns the head
+--   { 'missing' }               no event at that index
+--   { 'partial' }               returned ids clash with stored ones, or differ
+--                               from the committed completion's
+--   { 'index', type, after }    index `type` down to `after`, then run again
+local now = ARGV[1]
+local consumer, tag, idx, attempt = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local at = row_of(consumer, tag)
+local n = tonumber(ARGV[9])
+local ids = {}
+for i = 1, n do ids[i] = ARGV[9 + (i - 1) * 4 + 1] end
+local owners = read_bounds(ids)
+if idx <= boundary then return { 'superseded' } end
+if idx < 1 or idx > total then return { 'missing' } end
+local row = read_rows({ { idx, at } }, { 'd', 'p', 'pa', 'ri', 'ch', 'f', 'l', 'next', 'pins' })[1]
+if row[2] then
+  -- The cursor already moved past this head: a retry of the same attempt
+  -- with the same ids replays; anything else is superseded or partial.
+  if not owns(row[7], tag) or tonumber(row[3] or '0') ~= attempt then return { 'superseded' } end
+  local recorded = (row[4] and row[4] ~= '') and cjson.decode(row[4]) or {}
+  if #recorded ~= n then return { 'partial' } end
+  for i = 1, n do
+    if recorded[i] ~= ids[i] or not owners[i] then return { 'partial' } end
+  end
+  local reply = { 'duplicate' }
+  for i = 1, n do
+    local id = owners[i] .. '-0'
+    reply[#reply + 1] = redis.call('XRANGE', LOG, id, id)[1]
+  end
+  return reply
+end
+if tonumber(row[1] or '0') ~= attempt or not row[5] or row[6] or not owns(row[7], tag) then
+  return { 'superseded' }
+end
+for i = 1, n do
+  if owners[i] then return { 'partial' } end
+end
+use_served(ARGV[7])
+local batch = {}
+for i = 1, n do
+  local o = 9 + (i - 1) * 4
+  batch[i] = { idx = total + i, type = ARGV[o + 2], targets = targets_of(ARGV[o + 4]) }
+end
+local moved, missing = advance(consumer, row[7], idx, row[8], batch, true)
+if not moved then return { 'index', missing, int(idx) } end
+local planned, unindexed, after = plan(batch, total)
+if not planned then return { 'index', unindexed, int(after) } end
+
+-- The head row keeps only its completion record (and kind); the claim
+-- columns are spent.
+put_row(idx, at, 'p', now)
+put_row(idx, at, 'pa', ARGV[5])
+if n > 0 then put_row(idx, at, 'ri', ARGV[8]) end
+for _, column in ipairs({ 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'next', 'pins' }) do
+  drop_row(idx, at, column)
+end
+release_pins(idx, at, row[9])
+for i = 1, n do
+  local o = 9 + (i - 1) * 4
+  local child = int(total + i)
+  redis.call('XADD', LOG, child .. '-0',
+    'id', ARGV[o + 1], 'type', ARGV[o + 2], 'payload', ARGV[o + 3],
+    'created_at', now, 'cause', ARGV[6])
+  mark(id_key(ARGV[o + 1]), child)
+end
+index_batch(batch)
+enqueue(batch)
+if n > 0 then mark(COUNTER, int(total + n)) end
+flush_states()
+commit()
+return { 'ok', int(total + 1) }

@@ -1,0 +1,334 @@
+--@include session
+-- cursor: moving lane and log cursors, starting the cursor work an appended
+-- batch carries, and the typed-log lookups.
+--
+-- Lane and log cursor records live in the cursors hash (<cid>:h head,
+-- :p position, :t lane tail, :ty log types). They are read once per script
+-- (load_states) and written back once (flush_states). A record whose head
+-- lies at or below the clear marker is idle; a log cursor counts from the
+-- marker.
+--
+-- A typed log cursor finds its next head in its types' indexes (one bounded
+-- ZRANGEBYSCORE per type). When an index does not reach back far enough yet
+-- the lookup reports the type, and the script replies
+-- { 'index', type, after } before writing anything; the caller runs
+-- index_type until the index reaches `after`, then runs the script again.
+
+-- Served consumers: all of them, or a set of names and the log specs of
+-- those that declare a log.
+local served_all, served_set, served_logs = true, {}, {}
+-- Set when this script gave a served consumer a live head.
+local pending_fast = false
+
+-- A log's types: '*' (or nothing) for every type but the clear marker,
+-- else a JSON list.
+local function types_of(raw)
+  if not raw or raw == '*' then return nil end
+  local set = {}
+  for _, name in ipairs(cjson.decode(raw)) do set[name] = true end
+  return set
+end
+local function takes(types, kind)
+  return kind ~= CLEAR_TYPE and (types == nil or types[kind] == true)
+end
+
+-- raw: '' for every consumer, else a JSON list whose entries are [name] or
+-- [name, lane, types ('*' or a JSON list as text), backfill (1 or 0)].
+local function use_served(raw)
+  if raw == '' then return end
+  served_all = false
+  for _, entry in ipairs(cjson.decode(raw)) do
+    served_set[entry[1]] = true
+    if type(entry[2]) == 'string' then
+      served_logs[#served_logs + 1] = {
+        name = entry[1], lane = entry[2], ty = entry[3],
+        types = types_of(entry[3]), backfill = entry[4] == 1,
+      }
+    end
+  end
+end
+local function served_has(name) return served_all or served_set[name] == true end
+
+-- '1' when a served consumer has a live head, else '0'. Every consumer:
+-- the live count. Some: newest heads first, since a retired consumer's
+-- backlog is older than the work a deployment serves.
+local function has_pending()
+  if pending_fast then return '1' end
+  if served_all then return live > 0 and '1' or '0' end
+  if live <= 0 or next(served_set) == nil then return '0' end
+  local offset = 0
+  while true do
+    local page = redis.call('ZREVRANGEBYSCORE', READY, '+inf', 1, 'LIMIT', offset, 64)
+    for _, cid in ipairs(page) do
+      if served_set[(parse_cid(cid))] then return '1' end
+    end
+    if #page < 64 then return '0' end
+    offset = offset + 64
+  end
+end
+
+local function targets_of(raw)
+  if raw == '' then return {} end
+  return cjson.decode(raw)
+end
+
+-- Starts indexing a type from `from` on: every later event of it.
+local function register(name, from)
+  typed[name] = { from, from }
+  typed_dirty = true
+end
+
+-- The first stored event in (after, total] of a type in `types` (nil: any
+-- type), or false; nil and the type when that type's index can't answer yet.
+local function stored_head(after, types)
+  if types == nil then
+    if after + 1 <= total then return after + 1 end
+    return false
+  end
+  local best = false
+  for name in pairs(types) do
+    local entry = typed[name]
+    if entry == nil then
+      if after < total then return nil, name end
+      register(name, total)
+    elseif entry[2] > after then
+      if entry[1] > after then return nil, name end
+      local found = redis.call('ZRANGEBYSCORE', type_key(name),
+        '(' .. int(after), int(total), 'LIMIT', 0, 1)
+      if #found > 0 then
+        local idx = tonumber(found[1])
+        if not best or idx < best then best = idx end
+      end
+    end
+  end
+  return best
+end
+
+-- The first event after `after` a log cursor takes: stored, else in the batch
+-- being appended.
+local function next_log_head(after, types, batch)
+  local head, missing = stored_head(after, types)
+  if head == nil then return nil, missing end
+  if head then return head end
+  for _, event in ipairs(batch) do
+    if event.idx > after and takes(types, event.type) then return event.idx end
+  end
+  return false
+end
+
+-- Adds a batch's events of registered types to their indexes.
+local function index_batch(batch)
+  local adds, order = {}, {}
+  for _, event in ipairs(batch) do
+    local entry = typed[event.type]
+    if entry then
+      local list = adds[event.type]
+      if not list then
+        list = {}
+        adds[event.type] = list
+        order[#order + 1] = event.type
+      end
+      list[#list + 1] = event.idx
+      list[#list + 1] = int(event.idx)
+      entry[2] = event.idx
+      typed_dirty = true
+    end
+  end
+  for _, name in ipairs(order) do sliced('ZADD', type_key(name), adds[name]) end
+end
+
+local states, state_order = {}, {}
+local function load_states(cids)
+  local need, names = {}, {}
+  for _, cid in ipairs(cids) do
+    local state = states[cid]
+    if (state == nil or state.partial) and not need[cid] then
+      need[cid] = true
+      need[#need + 1] = cid
+      names[#names + 1] = cid .. ':h'
+      names[#names + 1] = cid .. ':p'
+      names[#names + 1] = cid .. ':t'
+      names[#names + 1] = cid .. ':ty'
+    end
+  end
+  if #need == 0 then return end
+  local values = sliced('HMGET', CURSORS, names)
+  for n, cid in ipairs(need) do
+    local h, p, t, ty = values[n * 4 - 3], values[n * 4 - 2], values[n * 4 - 1], values[n * 4]
+    local tail = (t and t ~= '') and tonumber(t) or false
+    local state = states[cid]
+    if state then
+      state.t = tail
+      state.partial = nil
+    else
+      local _, tag = parse_cid(cid)
+      state = {
+        kind = string.sub(tag, 1, 1), exists = p ~= false,
+        h = (h and h ~= '') and tonumber(h) or false,
+        p = tonumber(p or '0'), t = tail, ty = ty or false,
+      }
+      if state.h and state.h <= boundary then state.h = false end
+      if state.kind == 'G' and state.exists and state.p < boundary then state.p = boundary end
+      states[cid] = state
+      state_order[#state_order + 1] = cid
+    end
+  end
+end
+
+local function flush_states()
+  for _, cid in ipairs(state_order) do
+    local state = states[cid]
+    if state.dirty then
+      put(CURSORS, cid .. ':h', state.h and int(state.h) or '')
+      put(CURSORS, cid .. ':p', int(state.p))
+      if state.kind == 'L' then
+        if not state.partial then put(CURSORS, cid .. ':t', state.t and int(state.t) or '') end
+      elseif state.ty then
+        put(CURSORS, cid .. ':ty', state.ty)
+      end
+    end
+  end
+end
+
+-- Moves a cursor past its head `idx`. `kind` is the head row's kind,
+-- `row_next` its lane successor, `batch` the events being appended after the
+-- stored log, `was_live` whether the head counted as live. Buffers its
+-- writes; returns nil and a type when that type's index must reach back to
+-- idx first (nothing buffered then).
+local function advance(consumer, kind, idx, row_next, batch, was_live)
+  local before = was_live and 1 or 0
+  if kind == '#' then
+    ready_set(cid_of(consumer, '#' .. int(idx)), false, -before)
+    return true
+  end
+  local cid = cid_of(consumer, kind)
+  local state = states[cid]
+  local next_head
+  if string.sub(kind, 1, 1) == 'L' then
+    next_head = row_next and tonumber(row_next) or false
+    if not state then
+      -- Only the head moves; the tail is read only when the lane empties.
+      state = { kind = 'L', exists = true, p = idx, h = false, t = false, ty = false, partial = true }
+      states[cid] = state
+      state_order[#state_order + 1] = cid
+    end
+    if not next_head then
+      state.t = false
+      state.partial = nil
+    end
+  else
+    local lane, raw = string.sub(kind, 2), nil
+    for _, spec in ipairs(served_logs) do
+      if spec.name == consumer and spec.lane == lane then raw = spec.ty end
+    end
+    if not raw then
+      load_states({ cid })
+      raw = states[cid].ty or '*'
+    end
+    local head, missing = next_log_head(idx, types_of(raw), batch)
+    if head == nil then return nil, missing end
+    next_head = head
+    state = states[cid]
+    if not state then
+      state = { kind = 'G', exists = true, p = idx, h = false, t = false, ty = raw }
+      states[cid] = state
+      state_order[#state_order + 1] = cid
+    end
+    state.ty = raw
+  end
+  state.h = next_head
+  state.p = idx
+  state.exists = true
+  state.dirty = true
+  ready_set(cid, next_head, (next_head and 1 or 0) - before)
+  return true
+end
+
+-- Reads what an appended batch's cursor work needs: its lane targets'
+-- records, and the next head of each served log consumer whose types the
+-- batch carries. Writes nothing; returns nil, a type and an index when that
+-- type's index must reach back to the index first.
+local log_plan = {}
+local function plan(batch, base)
+  local need = {}
+  for _, event in ipairs(batch) do
+    for _, target in ipairs(event.targets) do
+      if target[2] ~= '#' then need[#need + 1] = cid_of(target[1], target[2]) end
+    end
+  end
+  for _, spec in ipairs(served_logs) do
+    for _, event in ipairs(batch) do
+      if takes(spec.types, event.type) then
+        local cid = cid_of(spec.name, 'G' .. spec.lane)
+        log_plan[#log_plan + 1] = { spec = spec, first = event.idx, cid = cid }
+        need[#need + 1] = cid
+        break
+      end
+    end
+  end
+  load_states(need)
+  for _, log in ipairs(log_plan) do
+    local state, spec = states[log.cid], log.spec
+    if not state.exists then
+      if spec.backfill then
+        local head, missing = stored_head(boundary, spec.types)
+        if head == nil then return nil, missing, boundary end
+        log.p, log.h = boundary, head or log.first
+      else
+        -- Nothing it takes is stored after its start: index from there on.
+        for name in pairs(spec.types or {}) do
+          if typed[name] == nil then register(name, base) end
+        end
+        log.p, log.h = base, log.first
+      end
+    elseif not state.h then
+      -- Not necessarily the batch's first: a deployment that doesn't serve
+      -- this consumer may have appended events it takes since it went idle.
+      local head, missing = stored_head(state.p, spec.types)
+      if head == nil then return nil, missing, state.p end
+      log.h = head or log.first
+    end
+  end
+  return true
+end
+
+-- Starts the cursor work `plan` read: each event's targets and each planned
+-- log cursor.
+local function enqueue(batch)
+  for _, event in ipairs(batch) do
+    for _, target in ipairs(event.targets) do
+      local consumer, tag = target[1], target[2]
+      if served_has(consumer) then pending_fast = true end
+      if tag == '#' then
+        ready_set(cid_of(consumer, '#' .. int(event.idx)), event.idx, 1)
+      else
+        local cid = cid_of(consumer, tag)
+        local state = states[cid]
+        if state.h and state.t then
+          put_row(state.t, row_of(consumer, tag), 'next', int(event.idx))
+        else
+          state.h = event.idx
+          if state.p < boundary then state.p = boundary end
+          ready_set(cid, event.idx, 1)
+        end
+        state.t = event.idx
+        state.exists = true
+        state.dirty = true
+      end
+    end
+  end
+  for _, log in ipairs(log_plan) do
+    local state = states[log.cid]
+    if not state.exists then
+      state.exists, state.p, state.h = true, log.p, log.h
+      ready_set(log.cid, log.h, 1)
+      if served_has(log.spec.name) then pending_fast = true end
+    elseif not state.h then
+      state.h = log.h
+      ready_set(log.cid, log.h, 1)
+      if served_has(log.spec.name) then pending_fast = true end
+    end
+    state.ty = log.spec.ty
+    state.dirty = true
+  end
+end

@@ -1,0 +1,223 @@
+--@include util
+-- session: the keys of one session, its bounds, head rows, buffered writes
+-- and the runnable set.
+--
+-- KEYS[1] is always the session's counter (<prefix>:{<tag>}:count). Every
+-- other key of the session is derived from it and shares its hash tag, so a
+-- script stays in one cluster slot and, on Upstash, locks one session.
+local COUNTER = KEYS[1]
+local SESSION = string.sub(COUNTER, 1, -6)
+local LOG, CLEAR, LIVE = SESSION .. 'log', SESSION .. 'clear', SESSION .. 'live'
+local READY, CURSORS = SESSION .. 'runnable', SESSION .. 'cursors'
+local PINS, TYPED = SESSION .. 'pins', SESSION .. 'typed'
+
+-- Bounds, filled by read_bounds: the session head, the latest clear marker,
+-- the number of live (runnable, not dead-lettered) heads, and the typed-type
+-- registry { type = { from, last } }: the type's index holds every event of
+-- it above `from`, and no event of it lies above `last`.
+local total, boundary, live = 0, 0, 0
+local typed, typed_dirty, live_dirty = {}, false, false
+
+local function id_key(id) return SESSION .. 'id:' .. id end
+
+-- One MGET for the counter, the clear marker, the typed registry, the live
+-- count, and the owners of `ids`. Returns, per id, the index it names in the
+-- current lifetime, or false (an id recorded below the clear is free again).
+local function read_bounds(ids)
+  local keys = { COUNTER, CLEAR, TYPED, LIVE }
+  for _, id in ipairs(ids or {}) do keys[#keys + 1] = id_key(id) end
+  local values = sliced('MGET', nil, keys)
+  -- A collapsed session keeps only its clear marker.
+  total = tonumber(values[1] or values[2] or '0')
+  boundary = tonumber(values[2] or '0')
+  if values[3] then typed = cjson.decode(values[3]) end
+  live = tonumber(values[4] or '0')
+  local owners = {}
+  for i = 5, #keys do
+    local owner = values[i]
+    if owner and tonumber(owner) < boundary then owner = false end
+    owners[i - 4] = owner
+  end
+  return owners
+end
+
+local function entry_index(id) return tonumber(string.match(id, '^(%d+)')) end
+
+-- Cursor ids: <byte length of consumer>:<consumer><tag>, tag '#<index>',
+-- 'L<lane>' or 'G<lane>'.
+local function cid_of(consumer, tag)
+  return int(string.len(consumer)) .. ':' .. consumer .. tag
+end
+local function parse_cid(cid)
+  local colon = string.find(cid, ':', 1, true)
+  local n = tonumber(string.sub(cid, 1, colon - 1))
+  return string.sub(cid, colon + 1, colon + n), string.sub(cid, colon + n + 1)
+end
+-- A head row's name: '#' for event cursors, 'L<lane>' for lane and log
+-- cursors alike (requests name a log cursor's head by its lane).
+local function row_of(consumer, tag)
+  local kind = string.sub(tag, 1, 1)
+  if kind == '#' then return cid_of(consumer, '#') end
+  if kind == 'G' then return cid_of(consumer, 'L' .. string.sub(tag, 2)) end
+  return cid_of(consumer, tag)
+end
+-- Whether a head row of kind `kind` ('#', 'L<lane>' or 'G<lane>', written
+-- when claimed) belongs to the cursor a request names by `tag`.
+local function owns(kind, tag)
+  if not kind then return false end
+  if tag == '#' then return kind == '#' end
+  return kind == tag or kind == 'G' .. string.sub(tag, 2)
+end
+-- The cursor id of a head row of kind `kind` at idx.
+local function cid_for(consumer, kind, idx)
+  if kind == '#' then return cid_of(consumer, '#' .. int(idx)) end
+  return cid_of(consumer, kind)
+end
+
+local function chunk_key(idx)
+  return SESSION .. 'heads:' .. int(math.floor((idx - 1) / CHUNK))
+end
+local function row_field(idx, row, column)
+  return int(idx) .. ':' .. row .. ':' .. column
+end
+
+-- Reads `columns` of each { index, row } ref with one HMGET per chunk.
+-- Returns one row (a list aligned with `columns`) per ref.
+local function read_rows(refs, columns)
+  local groups, order = {}, {}
+  for position, ref in ipairs(refs) do
+    local key = chunk_key(ref[1])
+    local group = groups[key]
+    if not group then
+      group = { positions = {}, names = {} }
+      groups[key] = group
+      order[#order + 1] = key
+    end
+    group.positions[#group.positions + 1] = position
+    for _, column in ipairs(columns) do
+      group.names[#group.names + 1] = row_field(ref[1], ref[2], column)
+    end
+  end
+  local rows = {}
+  for _, key in ipairs(order) do
+    local group = groups[key]
+    local values = sliced('HMGET', key, group.names)
+    for n, position in ipairs(group.positions) do
+      local row = {}
+      for c = 1, #columns do row[c] = values[(n - 1) * #columns + c] end
+      rows[position] = row
+    end
+  end
+  return rows
+end
+
+-- Every lane and log cursor record, as cid → { suffix = value }, in order.
+local function cursor_records()
+  local fields = redis.call('HGETALL', CURSORS)
+  local records, order = {}, {}
+  for i = 1, #fields, 2 do
+    local at = string.find(fields[i], ':[^:]*$')
+    local cid, suffix = string.sub(fields[i], 1, at - 1), string.sub(fields[i], at + 1)
+    if not records[cid] then
+      records[cid] = {}
+      order[#order + 1] = cid
+    end
+    records[cid][suffix] = fields[i + 1]
+  end
+  return records, order
+end
+
+-- One type's index key, named by the type's bytes in hex.
+local function type_key(name)
+  return SESSION .. 'type:' .. (string.gsub(name, '.', function(c)
+    return string.format('%02x', string.byte(c))
+  end))
+end
+
+-- Buffered writes, sent by commit(): one MSET for strings, one HSET and one
+-- HDEL per hash, one ZADD and one ZREM for the runnable set. A buffered
+-- write is invisible to reads until committed, so a script never reads what
+-- it has buffered.
+local strings = {}
+local hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}
+local ready_changes, ready_order = {}, {}
+
+local function mark(key, value)
+  strings[#strings + 1] = key
+  strings[#strings + 1] = value
+end
+local function put(key, field, value)
+  local fields = hsets[key]
+  if not fields then
+    fields = {}
+    hsets[key] = fields
+    hset_order[#hset_order + 1] = key
+  end
+  fields[#fields + 1] = field
+  fields[#fields + 1] = value
+end
+local function drop(key, field)
+  local fields = hdels[key]
+  if not fields then
+    fields = {}
+    hdels[key] = fields
+    hdel_order[#hdel_order + 1] = key
+  end
+  fields[#fields + 1] = field
+end
+local function put_row(idx, row, column, value)
+  put(chunk_key(idx), row_field(idx, row, column), value)
+end
+local function drop_row(idx, row, column)
+  drop(chunk_key(idx), row_field(idx, row, column))
+end
+
+-- Sets a cursor's runnable score: its head index, negated while the head is
+-- dead-lettered, or false to remove it. `delta` is how the number of live
+-- heads changes (+1 a head becomes runnable, -1 one stops being, 0 neither).
+local function ready_set(cid, score, delta)
+  if ready_changes[cid] == nil then ready_order[#ready_order + 1] = cid end
+  ready_changes[cid] = score
+  if delta ~= 0 then
+    live = live + delta
+    live_dirty = true
+  end
+end
+
+local function commit()
+  if live_dirty then mark(LIVE, int(live)) end
+  if typed_dirty then mark(TYPED, cjson.encode(typed)) end
+  sliced('MSET', nil, strings)
+  for _, key in ipairs(hset_order) do sliced('HSET', key, hsets[key]) end
+  for _, key in ipairs(hdel_order) do sliced('HDEL', key, hdels[key]) end
+  local adds, removes = {}, {}
+  for _, cid in ipairs(ready_order) do
+    local score = ready_changes[cid]
+    if score then
+      adds[#adds + 1] = score
+      adds[#adds + 1] = cid
+    else
+      removes[#removes + 1] = cid
+    end
+  end
+  sliced('ZADD', READY, adds)
+  sliced('ZREM', READY, removes)
+  strings, hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}, {}
+  ready_changes, ready_order, live_dirty, typed_dirty = {}, {}, false, false
+end
+
+-- Releases the snapshot pins a head row holds (a JSON list of refs, each
+-- naming a history zset and an index): a checkpoint no head pins any more
+-- leaves its history.
+local function release_pins(idx, row, pins)
+  if not pins or pins == '' then return end
+  for _, ref in ipairs(cjson.decode(pins)) do
+    local count = redis.call('HINCRBY', PINS, ref, -1)
+    if count <= 0 then
+      redis.call('HDEL', PINS, ref)
+      local checkpoint = cjson.decode(ref)
+      redis.call('ZREMRANGEBYSCORE', checkpoint[1], checkpoint[2], checkpoint[2])
+    end
+  end
+  put_row(idx, row, 'pins', '')
+end

@@ -1,0 +1,33 @@
+-- util: helpers every script may use. No keys are touched here.
+--
+-- CLEAR_TYPE is the reserved event type of a clear marker; Go's
+-- a2redis.ClearEventType must spell the same (a test checks).
+-- CHUNK is how many consecutive indexes share one heads:<chunk> hash; Go's
+-- keys.HeadChunkSize must match (a test checks).
+local CLEAR_TYPE = 'a2.clear'
+local CHUNK = 1000
+
+-- Integers as decimal text. tostring() and `..` format numbers with %.14g on
+-- Redis, which turns large integers into exponent notation.
+local function int(n) return string.format('%d', n) end
+
+-- Runs a variadic command in calls of at most 1000 arguments (unpack is
+-- bounded by the Lua stack) and concatenates table replies. The slice size is
+-- even, so field/value and score/member pairs stay together. Nothing is sent
+-- for an empty list.
+local function sliced(command, key, args)
+  local results = {}
+  for first = 1, #args, 1000 do
+    local last = math.min(first + 999, #args)
+    local reply
+    if key then
+      reply = redis.call(command, key, unpack(args, first, last))
+    else
+      reply = redis.call(command, unpack(args, first, last))
+    end
+    if type(reply) == 'table' then
+      for _, value in ipairs(reply) do results[#results + 1] = value end
+    end
+  end
+  return results
+end

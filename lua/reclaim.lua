@@ -1,0 +1,43 @@
+--@include sweep
+-- reclaim: deletes one page of a past lifetime — log entries below the clear
+-- marker and the id keys that still name them (an id reused in the new
+-- lifetime keeps its new owner) — and, once none is left, sweeps what the
+-- past lifetimes left (see sweep). Safe to run repeatedly and concurrently:
+-- each run takes the next page, and a finished session only sweeps again.
+--
+-- KEYS[1]  the session counter
+-- ARGV[1]  page size (entries per run)
+--
+-- Replies: { deleted, done } — entries this run removed, and 1 once nothing
+-- of a past lifetime remains (else 0).
+read_bounds()
+if boundary == 0 then return { 0, 1 } end
+local page = tonumber(ARGV[1])
+local entries = redis.call('XRANGE', LOG, '-', int(boundary - 1) .. '-0', 'COUNT', page)
+local removed = 0
+if #entries > 0 then
+  local ids, indexes, stream_ids = {}, {}, {}
+  for _, entry in ipairs(entries) do
+    local fields = entry[2]
+    for i = 1, #fields, 2 do
+      if fields[i] == 'id' then
+        ids[#ids + 1] = id_key(fields[i + 1])
+        indexes[#ids] = entry_index(entry[1])
+        break
+      end
+    end
+    stream_ids[#stream_ids + 1] = entry[1]
+  end
+  local owners, stale = sliced('MGET', nil, ids), {}
+  for i = 1, #ids do
+    if owners[i] and tonumber(owners[i]) == indexes[i] then stale[#stale + 1] = ids[i] end
+  end
+  sliced('DEL', nil, stale)
+  removed = 0
+  for first = 1, #stream_ids, 1000 do
+    removed = removed + redis.call('XDEL', LOG, unpack(stream_ids, first, math.min(first + 999, #stream_ids)))
+  end
+  if #entries == page then return { removed, 0 } end
+end
+sweep()
+return { removed, 1 }

@@ -1,0 +1,298 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/notify"
+)
+
+// AppendOptions tune an Append.
+type AppendOptions struct {
+	// OriginIndex, when positive, marks scheduled work that came from the
+	// event at that index: the append is refused with ErrSessionCleared
+	// once a clear passed it.
+	OriginIndex int64
+	// Consumers are the consumers this deployment serves: log consumers
+	// among them start or advance their cursors on this append, and
+	// HasPending counts only their heads. Nil serves every consumer (and
+	// starts no log cursor); an empty, non-nil slice serves none.
+	Consumers []a2redis.Consumer
+}
+
+// AppendResult is what an Append stored.
+type AppendResult struct {
+	// Events are the stored events, in request order. On a lost-ack replay
+	// they are the originally stored rows.
+	Events []a2redis.StoredEvent
+	// Replayed reports that every id was already stored: nothing was
+	// written.
+	Replayed bool
+	// HasPending reports whether a served consumer has a live head in the
+	// session.
+	HasPending bool
+}
+
+// Append appends a batch of events to a session, atomically: every event
+// gets the next dense index, or none does. It is idempotent by event id: a
+// batch whose ids are all stored replays the stored rows (Replayed), one
+// with only some stored fails with ErrPartialDuplicateBatch. Events with a
+// Cause commit only while that attempt owns its head (ErrSupersededAttempt).
+// After the write it publishes a wake-up on the session's notify channel.
+func (s *Store) Append(ctx context.Context, session string, events []a2redis.Event, opts AppendOptions) (AppendResult, error) {
+	if err := checkSession(session); err != nil {
+		return AppendResult{}, err
+	}
+	if opts.OriginIndex < 0 {
+		return AppendResult{}, a2redis.Invalid("OriginIndex", "is negative (%d)", opts.OriginIndex)
+	}
+	served, err := servedArg(opts.Consumers)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	batch, err := s.prepare(events, "events")
+	if err != nil {
+		return AppendResult{}, err
+	}
+	for i, e := range events {
+		if e.Cause != nil {
+			if err := checkCause(fmt.Sprintf("events[%d].Cause", i), *e.Cause); err != nil {
+				return AppendResult{}, err
+			}
+		}
+	}
+	now := s.now()
+	origin := ""
+	if opts.OriginIndex > 0 {
+		origin = itoa(opts.OriginIndex)
+	}
+	args := make([]string, 0, 4+len(batch)*5)
+	args = append(args, itoa(now), itoa(int64(len(batch))), served, origin)
+	for i, e := range batch {
+		cause := ""
+		if c := events[i].Cause; c != nil {
+			raw, _ := json.Marshal(c)
+			cause = string(raw)
+		}
+		args = append(args, e.id, e.typ, string(e.payload), cause, e.targets)
+	}
+	reply, err := s.runIndexed(ctx, "append", session, args)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return s.appendResult(ctx, session, events, batch, now, reply)
+}
+
+func (s *Store) appendResult(ctx context.Context, session string, events []a2redis.Event, batch []prepared, now int64, reply []rueidis.RedisMessage) (AppendResult, error) {
+	switch word(reply, 0) {
+	case "ok":
+		first, err := number(reply, 1)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		stored := make([]a2redis.StoredEvent, len(batch))
+		entries := make([]notify.Entry, len(batch))
+		for i, e := range batch {
+			stored[i] = e.stored(session, first+int64(i), now, events[i].Cause)
+			entries[i] = notify.Entry{Index: first + int64(i), ID: e.id, Type: e.typ, Payload: e.payload}
+		}
+		s.publish(ctx, session, notify.Encode(first+int64(len(batch))-1, now, entries))
+		return AppendResult{Events: stored, HasPending: word(reply, 2) == "1"}, nil
+	case "empty":
+		return AppendResult{Events: []a2redis.StoredEvent{}, HasPending: word(reply, 1) == "1"}, nil
+	case "dup":
+		stored := make([]a2redis.StoredEvent, 0, len(batch))
+		var last int64
+		for _, m := range reply[2:] {
+			ev, err := entry(session, m)
+			if err != nil {
+				return AppendResult{}, err
+			}
+			last = max(last, ev.Index)
+			stored = append(stored, ev)
+		}
+		// The first try may have committed without publishing its wake-up.
+		s.publish(ctx, session, notify.EncodeBare(last))
+		return AppendResult{Events: stored, Replayed: true, HasPending: word(reply, 1) == "1"}, nil
+	case "partial":
+		return AppendResult{}, errorf(a2redis.ErrPartialDuplicateBatch, session, "%s of %d event ids are already stored", word(reply, 1), len(batch))
+	case "cleared":
+		return AppendResult{}, errorf(a2redis.ErrSessionCleared, session, "scheduled work from event %s was cleared", word(reply, 1))
+	case "superseded":
+		pos, err := number(reply, 1)
+		if err != nil || pos < 1 || int(pos) > len(events) || events[pos-1].Cause == nil {
+			return AppendResult{}, fmt.Errorf("%w: append replied %v", a2redis.ErrUnexpectedReply, reply)
+		}
+		return AppendResult{}, &a2redis.SupersededError{Session: session, Cause: *events[pos-1].Cause}
+	}
+	return AppendResult{}, fmt.Errorf("%w: append replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
+// prepared is one validated event, as scripts take it.
+type prepared struct {
+	id, typ string
+	payload json.RawMessage
+	targets string
+}
+
+func (p prepared) stored(session string, index, now int64, cause *a2redis.Cause) a2redis.StoredEvent {
+	ev := a2redis.StoredEvent{
+		Session: session, Index: index, ID: p.id, Type: p.typ,
+		Payload: p.payload, CreatedAt: time.UnixMilli(now),
+	}
+	if cause != nil {
+		c := *cause
+		ev.Cause = &c
+	}
+	return ev
+}
+
+// prepare validates a batch and fills in generated ids and null payloads.
+func (s *Store) prepare(events []a2redis.Event, arg string) ([]prepared, error) {
+	if len(events) > s.cfg.MaxBatch {
+		return nil, a2redis.Invalid(arg, "holds %d events, more than the maximum batch of %d", len(events), s.cfg.MaxBatch)
+	}
+	out := make([]prepared, len(events))
+	seen := make(map[string]int, len(events))
+	for i, e := range events {
+		at := fmt.Sprintf("%s[%d]", arg, i)
+		if err := checkType(at+".Type", e.Type); err != nil {
+			return nil, err
+		}
+		payload := e.Payload
+		if len(payload) == 0 {
+			payload = json.RawMessage("null")
+		} else if !json.Valid(payload) {
+			return nil, a2redis.Invalid(at+".Payload", "is not valid JSON")
+		}
+		id := e.ID
+		if id == "" {
+			id = s.cfg.IDs()
+		}
+		if j, dup := seen[id]; dup {
+			return nil, a2redis.Invalid(at+".ID", "repeats the id of %s[%d] (%q)", arg, j, id)
+		}
+		seen[id] = i
+		targets, err := targetsArg(at+".Targets", e.Targets)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = prepared{id: id, typ: e.Type, payload: payload, targets: targets}
+	}
+	return out, nil
+}
+
+func checkType(arg, t string) error {
+	switch {
+	case t == "":
+		return a2redis.Invalid(arg, "is empty")
+	case !utf8.ValidString(t):
+		return a2redis.Invalid(arg, "is not valid UTF-8")
+	case t == a2redis.ClearEventType:
+		return a2redis.Invalid(arg, "%q is reserved for clear markers", t)
+	}
+	return nil
+}
+
+func checkName(arg, name string) error {
+	switch {
+	case name == "":
+		return a2redis.Invalid(arg, "is empty")
+	case !utf8.ValidString(name):
+		return a2redis.Invalid(arg, "is not valid UTF-8")
+	}
+	return nil
+}
+
+func checkLane(arg, lane string) error {
+	if !utf8.ValidString(lane) {
+		return a2redis.Invalid(arg, "is not valid UTF-8")
+	}
+	return nil
+}
+
+func checkCause(arg string, c a2redis.Cause) error {
+	if err := checkName(arg+".Consumer", c.Consumer); err != nil {
+		return err
+	}
+	if err := checkLane(arg+".Lane", c.Lane); err != nil {
+		return err
+	}
+	if c.Index < 1 {
+		return a2redis.Invalid(arg+".Index", "must be at least 1 (got %d)", c.Index)
+	}
+	if c.Attempt < 1 {
+		return a2redis.Invalid(arg+".Attempt", "must be at least 1 (got %d)", c.Attempt)
+	}
+	return nil
+}
+
+// targetsArg encodes targets as [[consumer, tag], ...], or ” for none.
+func targetsArg(arg string, targets []a2redis.Target) (string, error) {
+	if len(targets) == 0 {
+		return "", nil
+	}
+	pairs := make([][2]string, len(targets))
+	seen := make(map[a2redis.Target]bool, len(targets))
+	for i, t := range targets {
+		at := fmt.Sprintf("%s[%d]", arg, i)
+		if err := checkName(at+".Consumer", t.Consumer); err != nil {
+			return "", err
+		}
+		if err := checkLane(at+".Lane", t.Lane); err != nil {
+			return "", err
+		}
+		if seen[t] {
+			return "", a2redis.Invalid(at, "repeats target %q lane %q", t.Consumer, t.Lane)
+		}
+		seen[t] = true
+		pairs[i] = [2]string{t.Consumer, tagOf(t.Lane)}
+	}
+	raw, _ := json.Marshal(pairs)
+	return string(raw), nil
+}
+
+// servedArg encodes the served consumers: ” for all, else a JSON list of
+// [name] or [name, lane, types ('*' or a JSON list as text), backfill].
+func servedArg(consumers []a2redis.Consumer) (string, error) {
+	if consumers == nil {
+		return "", nil
+	}
+	list := make([]any, len(consumers))
+	for i, c := range consumers {
+		at := fmt.Sprintf("Consumers[%d]", i)
+		if err := checkName(at+".Name", c.Name); err != nil {
+			return "", err
+		}
+		if c.Log == nil {
+			list[i] = []any{c.Name}
+			continue
+		}
+		if err := checkName(at+".Log.Lane", c.Log.Lane); err != nil {
+			return "", err
+		}
+		types := "*"
+		if c.Log.Types != nil {
+			for j, t := range c.Log.Types {
+				if err := checkType(fmt.Sprintf("%s.Log.Types[%d]", at, j), t); err != nil {
+					return "", err
+				}
+			}
+			raw, _ := json.Marshal(c.Log.Types)
+			types = string(raw)
+		}
+		backfill := 0
+		if c.Log.Backfill {
+			backfill = 1
+		}
+		list[i] = []any{c.Name, c.Log.Lane, types, backfill}
+	}
+	raw, _ := json.Marshal(list)
+	return string(raw), nil
+}

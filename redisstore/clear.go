@@ -1,0 +1,149 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/notify"
+)
+
+// ClearOptions tune a Clear.
+type ClearOptions struct {
+	// IfLastIndex, when set, clears only while the session's head is that
+	// index; a retry of the same conditional clear reports Cleared again.
+	IfLastIndex *int64
+	// Cause, when set, fences the clear like a caused append: it commits
+	// only while that attempt owns its head (ErrSupersededAttempt).
+	Cause *a2redis.Cause
+}
+
+// ClearResult is what a Clear did.
+type ClearResult struct {
+	// Cleared reports that the session is cleared (by this call, an
+	// earlier one, or because it is empty); false when IfLastIndex did not
+	// match.
+	Cleared bool `json:"cleared"`
+	// Index is the session head after the call.
+	Index int64 `json:"index"`
+	// ClearIndex is the latest clear marker after the call.
+	ClearIndex int64 `json:"clear_index"`
+}
+
+// Clear ends the session's current lifetime: it appends a clear marker
+// event (type a2redis.ClearEventType) and everything at or below it belongs
+// to the past: no head survives, log cursors count from the marker, reads
+// start at it, and its event ids are free again. Clearing an empty or
+// already-cleared session is a successful no-op. The old entries stay until
+// Reclaim deletes them.
+func (s *Store) Clear(ctx context.Context, session string, opts ClearOptions) (ClearResult, error) {
+	if err := checkSession(session); err != nil {
+		return ClearResult{}, err
+	}
+	ifLast := ""
+	if opts.IfLastIndex != nil {
+		if *opts.IfLastIndex < 0 {
+			return ClearResult{}, a2redis.Invalid("IfLastIndex", "is negative (%d)", *opts.IfLastIndex)
+		}
+		ifLast = itoa(*opts.IfLastIndex)
+	}
+	causeConsumer, causeTag, causeIndex, causeAttempt := "", "", "", ""
+	if c := opts.Cause; c != nil {
+		if err := checkCause("Cause", *c); err != nil {
+			return ClearResult{}, err
+		}
+		causeConsumer, causeTag, causeIndex, causeAttempt = c.Consumer, tagOf(c.Lane), itoa(c.Index), itoa(c.Attempt)
+	}
+	marker := s.cfg.IDs()
+	now := s.now()
+	reply, err := s.run(ctx, "clear", session, []string{itoa(now), ifLast, causeConsumer, causeTag, causeIndex, causeAttempt, marker})
+	if err != nil {
+		return ClearResult{}, err
+	}
+	return s.clearResult(ctx, session, opts, marker, now, reply)
+}
+
+func (s *Store) clearResult(ctx context.Context, session string, opts ClearOptions, marker string, now int64, reply []rueidis.RedisMessage) (ClearResult, error) {
+	switch word(reply, 0) {
+	case "ok":
+		var r ClearResult
+		var err error
+		r.Cleared = word(reply, 1) == "1"
+		if r.Index, err = number(reply, 2); err != nil {
+			return ClearResult{}, err
+		}
+		if r.ClearIndex, err = number(reply, 3); err != nil {
+			return ClearResult{}, err
+		}
+		switch {
+		case word(reply, 4) == "1":
+			s.publish(ctx, session, notify.Encode(r.Index, now, []notify.Entry{{
+				Index: r.Index, ID: marker, Type: a2redis.ClearEventType, Payload: []byte("null"),
+			}}))
+		case r.Cleared && r.Index > 0:
+			// An earlier try may have appended the marker without publishing.
+			s.publish(ctx, session, notify.EncodeBare(r.Index))
+		}
+		return r, nil
+	case "superseded":
+		return ClearResult{}, &a2redis.SupersededError{Session: session, Cause: *opts.Cause}
+	case "foreign":
+		return ClearResult{}, errorf(a2redis.ErrPartialDuplicateBatch, session, "the clear marker id %q is already stored", marker)
+	}
+	return ClearResult{}, fmt.Errorf("%w: clear replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
+// ReclaimResult is what a reclaim deleted.
+type ReclaimResult struct {
+	// Deleted counts the log entries deleted.
+	Deleted int64 `json:"deleted"`
+	// Done reports that nothing of a past lifetime remains.
+	Done bool `json:"done"`
+}
+
+// ReclaimPage deletes one page (ReclaimPageSize entries) of the session's
+// past lifetimes: log entries below the clear marker and the event-id
+// records naming them. Once none is left it sweeps what the past lifetimes
+// left (head rows, type-index entries, checkpoints, pin counts, idle cursor
+// records) and reports Done; a lifetime that ended empty collapses to its
+// marker. Safe to call repeatedly and concurrently.
+func (s *Store) ReclaimPage(ctx context.Context, session string) (ReclaimResult, error) {
+	if err := checkSession(session); err != nil {
+		return ReclaimResult{}, err
+	}
+	reply, err := s.run(ctx, "reclaim", session, []string{itoa(ReclaimPageSize)})
+	if err != nil {
+		return ReclaimResult{}, err
+	}
+	deleted, err := number(reply, 0)
+	if err != nil {
+		return ReclaimResult{}, err
+	}
+	done, err := number(reply, 1)
+	if err != nil {
+		return ReclaimResult{}, err
+	}
+	return ReclaimResult{Deleted: deleted, Done: done == 1}, nil
+}
+
+// Reclaim runs ReclaimPage until the session is done (or ctx ends), and
+// returns the total deleted.
+func (s *Store) Reclaim(ctx context.Context, session string) (ReclaimResult, error) {
+	var total ReclaimResult
+	for {
+		r, err := s.ReclaimPage(ctx, session)
+		total.Deleted += r.Deleted
+		if err != nil {
+			return total, err
+		}
+		if r.Done {
+			total.Done = true
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// clock is a settable test clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.UnixMilli(1_800_000_000_000)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// target is a server kind the store's tests run against.
+type target struct {
+	name    string
+	client  func(t *testing.T) rueidis.Client
+	cluster bool
+}
+
+var targets = []target{
+	{name: "miniredis", client: func(t *testing.T) rueidis.Client { _, c := redistest.Miniredis(t); return c }},
+	{name: "redis", client: func(t *testing.T) rueidis.Client { return redistest.Server(t) }},
+	{name: "cluster", client: func(t *testing.T) rueidis.Client { return redistest.Cluster(t) }, cluster: true},
+}
+
+// env is one test's store on its own prefix.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	store  *redisstore.Store
+	clock  *clock
+	client rueidis.Client
+	prefix string
+}
+
+func newEnv(t *testing.T, tg target, mutate ...func(*redisstore.Config)) *env {
+	t.Helper()
+	client := tg.client(t)
+	ck := newClock()
+	prefix := redistest.Prefix(t)
+	cfg := redisstore.Config{Prefix: prefix, Clock: ck.Now}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	s, err := redisstore.New(ctx, client, cfg)
+	require.NoError(t, err)
+	return &env{t: t, ctx: ctx, store: s, clock: ck, client: client, prefix: prefix}
+}
+
+// each runs fn against every target, in parallel subtests.
+func each(t *testing.T, fn func(t *testing.T, e *env), skipCluster ...bool) {
+	for _, tg := range targets {
+		if tg.cluster && len(skipCluster) > 0 && skipCluster[0] {
+			continue
+		}
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, newEnv(t, tg))
+		})
+	}
+}

@@ -1,0 +1,190 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+)
+
+// Bounds are a session's head and latest clear marker.
+type Bounds struct {
+	// Head is the index of the newest event (0 for an empty session).
+	Head int64 `json:"head"`
+	// ClearIndex is the latest clear marker's index, or 0.
+	ClearIndex int64 `json:"clear_index"`
+}
+
+// Bounds reads a session's head and clear marker in one MGET.
+func (s *Store) Bounds(ctx context.Context, session string) (Bounds, error) {
+	if err := checkSession(session); err != nil {
+		return Bounds{}, err
+	}
+	k := s.keys(session)
+	values, err := s.client.Do(ctx, s.client.B().Mget().Key(k.Count(), k.Clear()).Build()).ToArray()
+	if err != nil {
+		return Bounds{}, fmt.Errorf("a2redis: reading bounds of session %q: %w", session, err)
+	}
+	if len(values) != 2 {
+		return Bounds{}, fmt.Errorf("%w: MGET returned %d values", a2redis.ErrUnexpectedReply, len(values))
+	}
+	var b Bounds
+	if b.ClearIndex, err = optionalInt(values[1]); err != nil {
+		return Bounds{}, err
+	}
+	if values[0].IsNil() {
+		// A collapsed session keeps only its clear marker.
+		b.Head = b.ClearIndex
+	} else if b.Head, err = optionalInt(values[0]); err != nil {
+		return Bounds{}, err
+	}
+	return b, nil
+}
+
+func optionalInt(m rueidis.RedisMessage) (int64, error) {
+	if m.IsNil() {
+		return 0, nil
+	}
+	s, err := m.ToString()
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is not an index", a2redis.ErrUnexpectedReply, s)
+	}
+	return n, nil
+}
+
+// ClearIndex returns the session's latest clear marker index, or 0.
+func (s *Store) ClearIndex(ctx context.Context, session string) (int64, error) {
+	b, err := s.Bounds(ctx, session)
+	return b.ClearIndex, err
+}
+
+// Read returns the session's events with after < index <= through (through
+// 0: up to the head), in index order. Reads start no lower than the latest
+// clear marker. A gap in the log fails with ErrRangeGap, except one a
+// concurrent clear and reclaim explain: then the read starts again from the
+// new marker, once.
+func (s *Store) Read(ctx context.Context, session string, after, through int64) ([]a2redis.StoredEvent, error) {
+	var out []a2redis.StoredEvent
+	err := s.ReadPages(ctx, session, after, through, func(page []a2redis.StoredEvent) error {
+		out = append(out, page...)
+		return nil
+	})
+	if out == nil && err == nil {
+		out = []a2redis.StoredEvent{}
+	}
+	return out, err
+}
+
+// ReadPages is Read delivering the events page by page (ReadPageSize at a
+// time) to fn, so a long log is never held in memory. An error from fn
+// stops the read and is returned. The retry after a gap happens only while
+// no page was delivered yet (reclaim deletes from the front, so that is
+// where a concurrent clear shows).
+func (s *Store) ReadPages(ctx context.Context, session string, after, through int64, fn func([]a2redis.StoredEvent) error) error {
+	if err := checkSession(session); err != nil {
+		return err
+	}
+	if after < 0 || through < 0 {
+		return a2redis.Invalid("after/through", "negative index (%d, %d)", after, through)
+	}
+	b, err := s.Bounds(ctx, session)
+	if err != nil {
+		return err
+	}
+	delivered := false
+	err = s.readRange(ctx, session, after, through, b, func(page []a2redis.StoredEvent) error {
+		delivered = true
+		return fn(page)
+	})
+	if delivered || !errors.Is(err, a2redis.ErrRangeGap) {
+		return err
+	}
+	again, berr := s.Bounds(ctx, session)
+	if berr != nil || again.ClearIndex == b.ClearIndex {
+		return err
+	}
+	return s.readRange(ctx, session, after, through, again, fn)
+}
+
+func (s *Store) readRange(ctx context.Context, session string, after, through int64, b Bounds, fn func([]a2redis.StoredEvent) error) error {
+	last := b.Head
+	if through > 0 && through < last {
+		last = through
+	}
+	next := max(after, b.ClearIndex-1) + 1
+	log := s.keys(session).Log()
+	for next <= last {
+		cmd := s.client.B().Xrange().Key(log).Start(itoa(next) + "-0").End(itoa(last) + "-0").Count(ReadPageSize).Build()
+		entries, err := s.client.Do(ctx, cmd).AsXRange()
+		if err != nil {
+			return fmt.Errorf("a2redis: reading session %q: %w", session, err)
+		}
+		if len(entries) == 0 {
+			return errorf(a2redis.ErrRangeGap, session, "the log ends before index %d", last)
+		}
+		page := make([]a2redis.StoredEvent, len(entries))
+		for i, e := range entries {
+			ev, err := toEvent(session, e.ID, e.FieldValues)
+			if err != nil {
+				return err
+			}
+			if ev.Index != next+int64(i) {
+				return errorf(a2redis.ErrRangeGap, session, "index %d follows %d", ev.Index, next+int64(i)-1)
+			}
+			page[i] = ev
+		}
+		next += int64(len(entries))
+		if err := fn(page); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadTail returns the newest limit events of the session's current
+// lifetime (the clear marker included), in index order. limit is capped at
+// 1000.
+func (s *Store) ReadTail(ctx context.Context, session string, limit int) ([]a2redis.StoredEvent, error) {
+	if err := checkSession(session); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, a2redis.Invalid("limit", "must be at least 1 (got %d)", limit)
+	}
+	limit = min(limit, 1000)
+	b, err := s.Bounds(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	from := max(b.ClearIndex, 1)
+	if b.Head < from {
+		return []a2redis.StoredEvent{}, nil
+	}
+	cmd := s.client.B().Xrevrange().Key(s.keys(session).Log()).End(itoa(b.Head) + "-0").Start(itoa(from) + "-0").Count(int64(limit)).Build()
+	entries, err := s.client.Do(ctx, cmd).AsXRange()
+	if err != nil {
+		return nil, fmt.Errorf("a2redis: reading the tail of session %q: %w", session, err)
+	}
+	out := make([]a2redis.StoredEvent, len(entries))
+	for i, e := range entries {
+		ev, err := toEvent(session, e.ID, e.FieldValues)
+		if err != nil {
+			return nil, err
+		}
+		out[len(entries)-1-i] = ev
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i].Index != out[i-1].Index+1 {
+			return nil, errorf(a2redis.ErrRangeGap, session, "index %d follows %d", out[i].Index, out[i-1].Index)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,302 @@
+// Package redisstore is the a2redis store: a durable per-session event log
+// with consumer cursors on Redis 7+, Valkey, Upstash or Redis Cluster (and
+// embedded miniredis). Every write is one atomic Lua script; every read is a
+// plain command or a read-only script.
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/keys"
+)
+
+// KeyLocking says whether scripts carry Upstash's allow-key-locking flag.
+type KeyLocking int
+
+// The key-locking modes.
+const (
+	// KeyLockingAuto asks the server once (the default): Redis and Valkey
+	// reject the flag, Upstash accepts it.
+	KeyLockingAuto KeyLocking = iota
+	// KeyLockingOn always sends the flag.
+	KeyLockingOn
+	// KeyLockingOff never sends the flag.
+	KeyLockingOff
+)
+
+// Defaults of Config.
+const (
+	DefaultPrefix      = "a2"
+	DefaultPublishWait = 100 * time.Millisecond
+	DefaultMaxBatch    = 10_000
+	DefaultClaimLimit  = 256
+	// ReadPageSize is how many entries one XRANGE of a read fetches.
+	ReadPageSize = 256
+	// ReclaimPageSize is how many old entries one reclaim step deletes.
+	ReclaimPageSize = 256
+	// IndexPageSize is how many entries one type-index step scans.
+	IndexPageSize = 1000
+)
+
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
+	// Prefix is the key prefix of every key and channel. It may not
+	// contain braces. Default "a2".
+	Prefix string
+	// Clock is the store's clock: every stored time, claim expiry and
+	// presence expiry comes from it, never from Redis. Default time.Now.
+	Clock func() time.Time
+	// IDs generates event ids for events appended without one and for
+	// clear markers. Default: 128 random bits as 32 hex digits.
+	IDs func() string
+	// KeyLocking chooses whether scripts carry Upstash's
+	// allow-key-locking flag. Default KeyLockingAuto.
+	KeyLocking KeyLocking
+	// PublishWait bounds how long a write waits for its wake-up PUBLISH
+	// after the script committed. A failed or slow publish never fails the
+	// write. Default 100ms; negative disables wake-ups.
+	PublishWait time.Duration
+	// ShardedPubSub publishes wake-ups with SPUBLISH (Redis 7 sharded
+	// pub/sub) instead of PUBLISH. On a cluster a sharded message goes only
+	// to the session's shard instead of every node; subscribers must then
+	// use SSUBSCRIBE. Default false (plain PUBLISH works everywhere,
+	// miniredis included).
+	ShardedPubSub bool
+	// MaxBatch is the most events one Append or CompleteAttempt may carry.
+	// Default 10000.
+	MaxBatch int
+	// ClaimLimit is the default ClaimRequest.Limit. Default 256.
+	ClaimLimit int
+}
+
+// Store is an a2redis store on one key prefix. It is safe for concurrent
+// use.
+type Store struct {
+	client  rueidis.Client
+	cfg     Config
+	schema  string
+	mu      sync.Mutex
+	locking int // 0 unknown, 1 yes, 2 no
+}
+
+// New returns a store on client. It claims the prefix's layout (a prefix
+// holding another layout fails with ErrLayoutMismatch) and, with
+// KeyLockingAuto, asks the server whether it accepts the key-locking flag;
+// a transport error during that probe is not fatal: the next operation asks
+// again.
+func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, a2redis.Invalid("client", "is nil")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if err := keys.ValidatePrefix(cfg.Prefix); err != nil {
+		return nil, a2redis.Invalid("Config.Prefix", "%v", err)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.IDs == nil {
+		cfg.IDs = RandomID
+	}
+	if cfg.PublishWait == 0 {
+		cfg.PublishWait = DefaultPublishWait
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.MaxBatch < 0 {
+		return nil, a2redis.Invalid("Config.MaxBatch", "is negative")
+	}
+	if cfg.ClaimLimit == 0 {
+		cfg.ClaimLimit = DefaultClaimLimit
+	}
+	if cfg.ClaimLimit < 0 {
+		return nil, a2redis.Invalid("Config.ClaimLimit", "is negative")
+	}
+	s := &Store{client: client, cfg: cfg, schema: keys.Schema(cfg.Prefix)}
+	switch cfg.KeyLocking {
+	case KeyLockingOn:
+		s.locking = 1
+	case KeyLockingOff:
+		s.locking = 2
+	case KeyLockingAuto:
+	default:
+		return nil, a2redis.Invalid("Config.KeyLocking", "unknown mode %d", cfg.KeyLocking)
+	}
+	if err := s.claimLayout(ctx); err != nil {
+		return nil, err
+	}
+	// A transport error leaves the answer unknown; the next script asks.
+	_, _ = s.keyLocking(ctx)
+	return s, nil
+}
+
+// RandomID returns 128 random bits as 32 hex digits.
+func RandomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Prefix returns the store's key prefix.
+func (s *Store) Prefix() string { return s.cfg.Prefix }
+
+// Client returns the store's Redis client.
+func (s *Store) Client() rueidis.Client { return s.client }
+
+// KeyLockingEnabled reports whether scripts carry the key-locking flag, and
+// whether that is known yet.
+func (s *Store) KeyLockingEnabled() (enabled, known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.locking == 1, s.locking != 0
+}
+
+func (s *Store) now() int64 { return s.cfg.Clock().UnixMilli() }
+
+func (s *Store) keys(session string) keys.Session { return keys.For(s.cfg.Prefix, session) }
+
+func (s *Store) claimLayout(ctx context.Context) error {
+	c := s.client
+	if err := c.Do(ctx, c.B().Set().Key(s.schema).Value(keys.Layout).Nx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
+		return fmt.Errorf("a2redis: claiming layout of prefix %q: %w", s.cfg.Prefix, err)
+	}
+	found, err := c.Do(ctx, c.B().Get().Key(s.schema).Build()).ToString()
+	if err != nil {
+		return fmt.Errorf("a2redis: reading layout of prefix %q: %w", s.cfg.Prefix, err)
+	}
+	if found != keys.Layout {
+		return &a2redis.LayoutError{Prefix: s.cfg.Prefix, Found: found, Want: keys.Layout}
+	}
+	return nil
+}
+
+// IsFlagRejection reports whether err is a server's rejection of the
+// key-locking shebang: Redis and Valkey reject the flag itself, miniredis
+// any shebang at all.
+func IsFlagRejection(err error) bool {
+	if _, ok := rueidis.IsRedisErr(err); !ok {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "shebang") || strings.Contains(msg, "near '#'") ||
+		strings.Contains(msg, "unexpected flag") || strings.Contains(msg, "unknown lua flag")
+}
+
+// keyLocking returns whether to send the flag, probing the server when the
+// answer is not known yet.
+func (s *Store) keyLocking(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	state := s.locking
+	s.mu.Unlock()
+	if state != 0 {
+		return state == 1, nil
+	}
+	c := s.client
+	err := c.Do(ctx, c.B().Eval().Script(a2redis.KeyLockingShebang+"\nreturn 1").Numkeys(1).Key(s.schema).Build()).Error()
+	switch {
+	case err == nil:
+		state = 1
+	case IsFlagRejection(err):
+		state = 2
+	default:
+		return false, fmt.Errorf("a2redis: probing key-locking support: %w", err)
+	}
+	s.mu.Lock()
+	s.locking = state
+	s.mu.Unlock()
+	return state == 1, nil
+}
+
+// run runs a script over a session: KEYS[1] is the session counter.
+func (s *Store) run(ctx context.Context, name, session string, args []string) ([]rueidis.RedisMessage, error) {
+	locking, err := s.keyLocking(ctx)
+	if err != nil {
+		return nil, err
+	}
+	script := a2redis.Scripts[name]
+	res := script.Lua(locking).Exec(ctx, s.client, []string{s.keys(session).Count()}, args)
+	msg, err := res.ToMessage()
+	if err != nil {
+		return nil, fmt.Errorf("a2redis: %s script in session %q: %w", name, session, err)
+	}
+	if !msg.IsArray() {
+		return nil, fmt.Errorf("%w: %s script replied %v", a2redis.ErrUnexpectedReply, name, msg)
+	}
+	values, _ := msg.ToArray()
+	return values, nil
+}
+
+// runIndexed runs a write that may first need a type index to reach further
+// back: such a write replies { 'index', type, after } having written
+// nothing, and runs again once index_type has extended the index.
+func (s *Store) runIndexed(ctx context.Context, name, session string, args []string) ([]rueidis.RedisMessage, error) {
+	for {
+		reply, err := s.run(ctx, name, session, args)
+		if err != nil {
+			return nil, err
+		}
+		if word(reply, 0) != "index" {
+			return reply, nil
+		}
+		typ, after := word(reply, 1), word(reply, 2)
+		for {
+			done, err := s.run(ctx, "index_type", session, []string{typ, after, itoa(IndexPageSize)})
+			if err != nil {
+				return nil, err
+			}
+			if word(done, 0) == "1" {
+				break
+			}
+		}
+	}
+}
+
+// publish sends a wake-up after a committed write, waiting at most
+// PublishWait; its failure never fails the write.
+func (s *Store) publish(ctx context.Context, session string, message []byte) {
+	if s.cfg.PublishWait < 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PublishWait)
+	defer cancel()
+	channel := s.keys(session).NotifyChannel()
+	c := s.client
+	if s.cfg.ShardedPubSub {
+		_ = c.Do(ctx, c.B().Spublish().Channel(channel).Message(rueidis.BinaryString(message)).Build()).Error()
+		return
+	}
+	_ = c.Do(ctx, c.B().Publish().Channel(channel).Message(rueidis.BinaryString(message)).Build()).Error()
+}
+
+// errorf wraps a sentinel with a message about a session.
+func errorf(sentinel error, session, format string, a ...any) error {
+	return fmt.Errorf("%w: %s (session %q)", sentinel, fmt.Sprintf(format, a...), session)
+}
+
+var errEmptySession = a2redis.Invalid("session", "is empty")
+
+func checkSession(session string) error {
+	if session == "" {
+		return errEmptySession
+	}
+	return nil
+}
+
+// IsNotConnected reports whether err means Redis could not be reached.
+func IsNotConnected(err error) bool {
+	_, isRedis := rueidis.IsRedisErr(err)
+	return err != nil && !isRedis && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
