@@ -1,7 +1,10 @@
 package redisstore_test
 
 import (
+	"strings"
+
 	"context"
+	"github.com/a2redis/a2redis/keys"
 	"sync"
 	"testing"
 	"time"
@@ -85,4 +88,27 @@ func each(t *testing.T, fn func(t *testing.T, e *env), skipCluster ...bool) {
 			fn(t, newEnv(t, tg))
 		})
 	}
+}
+
+func keysFor(e *env, session string) keys.Session { return keys.For(e.prefix, session) }
+
+// escapeGlob escapes SCAN MATCH's glob characters.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// nodes returns a client per node (one for a single server).
+func nodes(c rueidis.Client) []rueidis.Client {
+	var out []rueidis.Client
+	for _, n := range c.Nodes() {
+		out = append(out, n)
+	}
+	return out
 }

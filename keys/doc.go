@@ -1,0 +1,70 @@
+// Package keys names every Redis key and pub/sub channel of the per-session
+// event log. It is the only place in the module that formats a key name; the
+// functions are pure and touch no Redis connection.
+//
+// # Layout "tagged-1"
+//
+// Every key of a session has the form
+//
+//	<prefix>:{<tag>}:<name>
+//
+// where <tag> is [Tag] of the session id: the id quoted as a JSON string
+// literal, double quotes included. The braces make <tag> the Redis Cluster
+// hash tag, so all keys and channels of one session live in one slot and can
+// be used together in a single script or transaction.
+//
+// The one global key is [Schema]: <prefix>:schema, a string holding the
+// layout name ([Layout]) that the prefix was written with.
+//
+// Keys of one session (<name> after the common [Session.Base]):
+//
+//	name                 Redis type  holds
+//	count                string      head index of the session (last appended index)
+//	clear                string      index of the latest clear marker
+//	log                  stream      the events of the session
+//	id:<event id>        string      index of the event with that id (deduplication)
+//	heads:<chunk>        hash        head-row columns of the indexes of one chunk
+//	                                 (see HeadChunk, RowField and the Col* constants)
+//	cursors              hash        cursor records, fields keyed by cursor id
+//	                                 (see EventCursorID, LaneCursorID, LogCursorID
+//	                                 and the Cursor* suffixes)
+//	runnable             zset        cursor ids that have work to do
+//	typed                set/zset    event types that occur in the session
+//	type:<hex of type>   zset/list   indexes of the events of one type
+//	pins                 hash        pinned indexes that must not be trimmed
+//	snap:<reducer>       string      latest snapshot of a reducer
+//	snap-history:<red.>  stream      older snapshots of a reducer
+//	snap-reducers        set         reducer names that have a snapshot
+//	presence             hash        members present in the session
+//	live                 string      number of live runnable heads
+//
+// Channels of one session (pub/sub channel names, not keys; they carry the
+// session's hash tag so that sharded pub/sub routes them to the session's
+// slot):
+//
+//	notify               new events / wake-ups of the session
+//	presence-events      presence changes of the session
+//
+// # Why no caller string can spell another key
+//
+// Callers choose session ids, event ids, event types, reducer names,
+// consumer names and lanes. None of them can make one key name equal another
+// key name, nor move a key into another session's slot:
+//
+//   - The prefix may not contain '{' or '}' ([ValidatePrefix]), so the first
+//     '{' of every session key is the one that opens the tag.
+//   - Session ids are JSON-quoted by [Tag]: '"' and '\' are escaped, control
+//     bytes, '{', '}' and bytes that are not part of valid UTF-8 become
+//     \u00XX. The quoting is injective and its result never contains '{' or
+//     '}', so the hash tag of a session key is exactly Tag(session) and two
+//     different sessions never share a tag.
+//   - After the tag, the fixed names are prefix-free among themselves; an
+//     event id appears only as the last segment after "id:", a reducer only
+//     as the last segment after "snap:" or "snap-history:", and a chunk is a
+//     decimal number after "heads:". Event types are hex-encoded after
+//     "type:", so they consist of [0-9a-f] only.
+//   - Consumer names and lanes never appear in key names at all. They live
+//     inside hash fields and zset members, length-prefixed
+//     ("<byte length>:<consumer>...") so that a consumer name cannot run into
+//     the tag that follows it.
+package keys

@@ -1,0 +1,356 @@
+package keys
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// hashTag implements Redis Cluster's hash-tag rule: the substring between
+// the first '{' and the first '}' after it, if that substring is non-empty;
+// otherwise the whole key is hashed (returned with ok=false).
+func hashTag(key string) (string, bool) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return key, false
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return key, false
+	}
+	return key[open+1 : open+1+end], true
+}
+
+// decodeTag strictly inverts Tag; it proves Tag injective (decodeTag(Tag(s))
+// == s for every s means Tag(a) == Tag(b) implies a == b).
+func decodeTag(t string) (string, bool) {
+	if len(t) < 2 || t[0] != '"' || t[len(t)-1] != '"' {
+		return "", false
+	}
+	t = t[1 : len(t)-1]
+	var b strings.Builder
+	for i := 0; i < len(t); {
+		c := t[i]
+		switch {
+		case c == '"' || c == '{' || c == '}' || c < 0x20:
+			return "", false
+		case c == '\\':
+			if i+1 >= len(t) {
+				return "", false
+			}
+			switch t[i+1] {
+			case '"', '\\':
+				b.WriteByte(t[i+1])
+				i += 2
+			case 'u':
+				if i+6 > len(t) || t[i+2:i+4] != "00" {
+					return "", false
+				}
+				v, err := strconv.ParseUint(t[i+4:i+6], 16, 8)
+				if err != nil || strings.ToLower(t[i+4:i+6]) != t[i+4:i+6] {
+					return "", false
+				}
+				if !(v < 0x20 || v == '{' || v == '}' || v >= 0x80) {
+					return "", false
+				}
+				b.WriteByte(byte(v))
+				i += 6
+			default:
+				return "", false
+			}
+		case c < utf8.RuneSelf:
+			b.WriteByte(c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(t[i:])
+			if r == utf8.RuneError && size == 1 {
+				return "", false // raw invalid bytes are always escaped
+			}
+			b.WriteString(t[i : i+size])
+			i += size
+		}
+	}
+	return b.String(), true
+}
+
+// trickyStrings seed every fuzz target.
+var trickyStrings = []string{
+	"", "s1", "s2", `"`, `\`, "{", "}", "{}", "}{", ":", "count", "id:", "id:x",
+	`s1"}:count`, `"}:`, `a"}:{b`, "\x00", "\n", "\x1f", "\x7f", "\xff", "\xc3",
+	"\xc3\xa9", "é", "日本", "\u2028", "\ufffd", "\xed\xa0\x80", `\u0000`,
+	`\u007b`, `\"`, "\\\"", "schema", "type:6d7367", "heads:0", "snap:r",
+	"snap-history:r", "presence-events", "1:c#7", "L", "G", "#",
+}
+
+// keyKinds is the number of key/channel kinds keyOf knows.
+const keyKinds = 17
+
+// keyOf builds key kind k of session s. It also returns the part of
+// (arg, n) that the key actually depends on, so that callers can compare
+// inputs exactly.
+func keyOf(s Session, k uint8, arg string, n int64) (key string, input string) {
+	switch k % keyKinds {
+	case 0:
+		return s.Count(), "count"
+	case 1:
+		return s.Clear(), "clear"
+	case 2:
+		return s.Log(), "log"
+	case 3:
+		return s.ID(arg), "id\x00" + arg
+	case 4:
+		return s.Heads(n), "heads\x00" + strconv.FormatInt(n, 10)
+	case 5:
+		return s.Cursors(), "cursors"
+	case 6:
+		return s.Runnable(), "runnable"
+	case 7:
+		return s.Typed(), "typed"
+	case 8:
+		return s.Type(arg), "type\x00" + arg
+	case 9:
+		return s.Pins(), "pins"
+	case 10:
+		return s.Snap(arg), "snap\x00" + arg
+	case 11:
+		return s.SnapHistory(arg), "snaphistory\x00" + arg
+	case 12:
+		return s.SnapReducers(), "snapreducers"
+	case 13:
+		return s.Presence(), "presence"
+	case 14:
+		return s.Live(), "live"
+	case 15:
+		return s.NotifyChannel(), "notifychannel"
+	default:
+		return s.PresenceChannel(), "presencechannel"
+	}
+}
+
+func validPrefixOr(p, fallback string) string {
+	if ValidatePrefix(p) != nil {
+		return fallback
+	}
+	return p
+}
+
+// FuzzTag checks that Tag is injective, brace-free and valid JSON.
+func FuzzTag(f *testing.F) {
+	for _, a := range trickyStrings {
+		for _, b := range []string{"", "s1", `"`, "\xff", "\u00ff", `\u00ff`} {
+			f.Add(a, b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ta, tb := Tag(a), Tag(b)
+		if strings.ContainsAny(ta, "{}") {
+			t.Fatalf("Tag(%q) = %q contains a brace", a, ta)
+		}
+		if (a == b) != (ta == tb) {
+			t.Fatalf("Tag(%q) = %q, Tag(%q) = %q: injectivity broken", a, ta, b, tb)
+		}
+		if back, ok := decodeTag(ta); !ok || back != a {
+			t.Fatalf("decodeTag(Tag(%q)) = %q, %v", a, back, ok)
+		}
+		if !json.Valid([]byte(ta)) {
+			t.Fatalf("Tag(%q) = %q is not a JSON string", a, ta)
+		}
+		if utf8.ValidString(a) {
+			var back string
+			if err := json.Unmarshal([]byte(ta), &back); err != nil || back != a {
+				t.Fatalf("json.Unmarshal(Tag(%q)) = %q, %v", a, back, err)
+			}
+		}
+	})
+}
+
+// FuzzKeyInjective checks that two (prefix, session, key kind, argument)
+// inputs give the same key exactly when they are the same input, across all
+// key kinds, channels and the schema key.
+func FuzzKeyInjective(f *testing.F) {
+	for i, s := range trickyStrings {
+		o := trickyStrings[(i*7+3)%len(trickyStrings)]
+		for k := uint8(0); k < keyKinds; k++ {
+			f.Add("a2", s, k, o, int64(i), "a2", o, uint8((int(k)*5+i)%keyKinds), s, int64(-i))
+		}
+	}
+	// Cross-kind and cross-session pairs that look alike.
+	f.Add("a2", "s1", uint8(3), "x", int64(0), "a2", "s2", uint8(0), "", int64(0))        // A.ID(x) vs B.Count()
+	f.Add("a2", "s1", uint8(3), "count", int64(0), "a2", "s1", uint8(0), "", int64(0))    // ID("count") vs Count()
+	f.Add("a2", `s1"}:id:x`, uint8(0), "", int64(0), "a2", "s1", uint8(3), "x", int64(0)) // session breaking out
+	f.Add("a2", "s1", uint8(10), "r", int64(0), "a2", "s1", uint8(11), "r", int64(0))     // snap vs snap-history
+	f.Add("a2", "s1", uint8(10), "", int64(0), "a2", "s1", uint8(12), "", int64(0))       // snap: vs snap-reducers
+	f.Add("a2", "s1", uint8(8), "", int64(0), "a2", "s1", uint8(7), "", int64(0))         // type: vs typed
+	f.Add("a2", "s1", uint8(13), "", int64(0), "a2", "s1", uint8(16), "", int64(0))       // presence vs presence-events
+	f.Add("a2", "s1", uint8(4), "", int64(1), "a2", "s1", uint8(4), "", int64(-1))        // heads sign
+	f.Add("a", "s1", uint8(0), "", int64(0), "a:{\"s1\"}", "s1", uint8(0), "", int64(0))  // invalid prefix falls back
+	f.Add("a", "b:{x}", uint8(0), "", int64(0), "a:b", "x", uint8(0), "", int64(0))       // different prefixes
+	f.Add("a2", "\xc3", uint8(1), "", int64(0), "a2", "\u00c3", uint8(1), "", int64(0))   // invalid byte vs U+00C3
+	f.Add("a2", "\xc3\xa9", uint8(2), "", int64(0), "a2", "é", uint8(2), "", int64(0))    // same bytes
+	f.Add("a2", "\n", uint8(2), "", int64(0), "a2", `\u000a`, uint8(2), "", int64(0))     // escape vs literal
+	f.Add("a2", "s1", uint8(8), "A", int64(0), "a2", "s1", uint8(8), "a", int64(0))       // type case
+	f.Fuzz(func(t *testing.T, p1, s1 string, k1 uint8, a1 string, n1 int64, p2, s2 string, k2 uint8, a2 string, n2 int64) {
+		p1, p2 = validPrefixOr(p1, "a2"), validPrefixOr(p2, "a2")
+		key1, in1 := keyOf(For(p1, s1), k1, a1, n1)
+		key2, in2 := keyOf(For(p2, s2), k2, a2, n2)
+		same := p1 == p2 && s1 == s2 && in1 == in2
+		if same != (key1 == key2) {
+			t.Fatalf("inputs equal=%v but keys equal=%v:\n  (%q,%q,%q) -> %q\n  (%q,%q,%q) -> %q",
+				same, key1 == key2, p1, s1, in1, key1, p2, s2, in2, key2)
+		}
+		for _, p := range []string{p1, p2} {
+			if key1 == Schema(p) || key2 == Schema(p) {
+				t.Fatalf("a session key equals Schema(%q)", p)
+			}
+		}
+	})
+}
+
+// FuzzHashTag checks that every key of a session hashes on exactly
+// Tag(session), starts with prefix+":{", never carries another session's
+// tag and never equals the schema key, whatever the ids, types and reducer
+// names are.
+func FuzzHashTag(f *testing.F) {
+	for i, s := range trickyStrings {
+		f.Add("a2", s, trickyStrings[(i+1)%len(trickyStrings)], trickyStrings[(i*3+2)%len(trickyStrings)], int64(i))
+	}
+	f.Add("a2", "s1", "s2", `x"}:{"s2"}`, int64(0))
+	f.Add("app:v1", "", `""`, "}{", int64(-1))
+	f.Add("p", "{s2}", "s2", "{s2}", int64(1000))
+	f.Fuzz(func(t *testing.T, prefix, session, other, arg string, n int64) {
+		prefix = validPrefixOr(prefix, "a2")
+		s := For(prefix, session)
+		tag := Tag(session)
+		if strings.ContainsAny(tag, "{}") {
+			t.Fatalf("Tag(%q) = %q contains a brace", session, tag)
+		}
+		if want := prefix + ":{" + tag + "}:"; s.Base() != want {
+			t.Fatalf("Base() = %q, want %q", s.Base(), want)
+		}
+		otherTag := Tag(other)
+		if (session == other) != (tag == otherTag) {
+			t.Fatalf("Tag(%q)==Tag(%q) is %v", session, other, tag == otherTag)
+		}
+		for k := uint8(0); k < keyKinds; k++ {
+			key, in := keyOf(s, k, arg, n)
+			got, ok := hashTag(key)
+			if !ok || got != tag {
+				t.Fatalf("%s of session %q: key %q hashes on %q (tagged=%v), want %q", in, session, key, got, ok, tag)
+			}
+			if session != other && got == otherTag {
+				t.Fatalf("%s of session %q: key %q carries the tag of %q", in, session, key, other)
+			}
+			if !strings.HasPrefix(key, prefix+":{") || !strings.HasPrefix(key, s.Base()) {
+				t.Fatalf("key %q does not start with %q", key, s.Base())
+			}
+			if key == Schema(prefix) {
+				t.Fatalf("key %q equals the schema key", key)
+			}
+		}
+		if tg, ok := hashTag(Schema(prefix)); ok {
+			t.Fatalf("Schema(%q) has hash tag %q", prefix, tg)
+		}
+	})
+}
+
+// FuzzCursorID checks that cursor ids round-trip through ParseCursorID and
+// that ParseCursorID accepts only the canonical ids the builders produce.
+func FuzzCursorID(f *testing.F) {
+	for i, s := range trickyStrings {
+		f.Add(s, trickyStrings[(i+5)%len(trickyStrings)], int64(i)-3, s)
+	}
+	f.Add("c", "lane", int64(1<<63-1), "1:c#01")
+	f.Add("1:c#", "1:cL", int64(-1<<63), "3:abLx")
+	f.Fuzz(func(t *testing.T, consumer, lane string, index int64, raw string) {
+		check := func(id string, wantKind byte, wantRest string) {
+			t.Helper()
+			c, k, r, ok := ParseCursorID(id)
+			if !ok || c != consumer || k != wantKind || r != wantRest {
+				t.Fatalf("ParseCursorID(%q) = %q, %q, %q, %v; want %q, %q, %q",
+					id, c, k, r, ok, consumer, wantKind, wantRest)
+			}
+		}
+		check(EventCursorID(consumer, index), '#', strconv.FormatInt(index, 10))
+		check(LaneCursorID(consumer, lane), 'L', lane)
+		check(LogCursorID(consumer, lane), 'G', lane)
+		if LaneCursorID(consumer, lane) != LaneRow(consumer, lane) {
+			t.Fatalf("LaneRow(%q, %q) differs from the lane cursor id", consumer, lane)
+		}
+		if EventRow(consumer) != EventCursorID(consumer, 0)[:len(EventCursorID(consumer, 0))-1] {
+			t.Fatalf("EventRow(%q) is not the event cursor id without its index", consumer)
+		}
+
+		// Any accepted id is exactly what a builder produces.
+		c, k, r, ok := ParseCursorID(raw)
+		if !ok {
+			return
+		}
+		var rebuilt string
+		switch k {
+		case '#':
+			i, err := strconv.ParseInt(r, 10, 64)
+			if err != nil {
+				t.Fatalf("ParseCursorID(%q) accepted index %q", raw, r)
+			}
+			rebuilt = EventCursorID(c, i)
+		case 'L':
+			rebuilt = LaneCursorID(c, r)
+		case 'G':
+			rebuilt = LogCursorID(c, r)
+		default:
+			t.Fatalf("ParseCursorID(%q) returned kind %q", raw, k)
+		}
+		if rebuilt != raw {
+			t.Fatalf("ParseCursorID(%q) = %q, %q, %q; rebuilds as %q", raw, c, k, r, rebuilt)
+		}
+	})
+}
+
+var allColumns = []string{
+	ColAttempts, ColFirstClaimed, ColLastClaimed, ColHolder, ColExpiry, ColFailures,
+	ColLastFailed, ColLastFailedAttempt, ColError, ColDeadLettered, ColProcessed,
+	ColProcessedAttempt, ColReturnedIDs, ColKind, ColNext, ColPins,
+}
+
+// rowOf builds a head row from fuzz input: an event row, a lane row or (to
+// show RowField is injective for any row string) the raw string.
+func rowOf(kind uint8, consumer, lane string) (row, input string) {
+	switch kind % 3 {
+	case 0:
+		return EventRow(consumer), "event\x00" + consumer
+	case 1:
+		return LaneRow(consumer, lane), fmt.Sprintf("lane\x00%d\x00%s\x00%s", len(consumer), consumer, lane)
+	default:
+		return consumer, "raw\x00" + consumer
+	}
+}
+
+// FuzzRowField checks that head rows and row fields are injective.
+func FuzzRowField(f *testing.F) {
+	for i, s := range trickyStrings {
+		o := trickyStrings[(i+9)%len(trickyStrings)]
+		f.Add(int64(i), uint8(i), s, o, uint8(i), int64(i), uint8(i+1), s, o, uint8(i+1))
+	}
+	f.Add(int64(1), uint8(1), "c", "x:p", uint8(0), int64(1), uint8(1), "c", "x", uint8(10))  // lane containing ":p"
+	f.Add(int64(1), uint8(2), "1:c#:1", "", uint8(0), int64(1), uint8(0), "c", "", uint8(0))  // raw row vs index
+	f.Add(int64(12), uint8(0), "c", "", uint8(0), int64(1), uint8(2), "2:1:c#", "", uint8(0)) // index digits move
+	f.Add(int64(1), uint8(0), "cL", "", uint8(0), int64(1), uint8(1), "c", "", uint8(0))      // "2:cL#" vs "1:cL"
+	f.Fuzz(func(t *testing.T, i1 int64, rk1 uint8, c1, l1 string, col1 uint8, i2 int64, rk2 uint8, c2, l2 string, col2 uint8) {
+		r1, in1 := rowOf(rk1, c1, l1)
+		r2, in2 := rowOf(rk2, c2, l2)
+		// Rows built by EventRow/LaneRow are injective among themselves.
+		if rk1%3 != 2 && rk2%3 != 2 && (in1 == in2) != (r1 == r2) {
+			t.Fatalf("rows %q (%q) and %q (%q): inputs equal=%v", r1, in1, r2, in2, in1 == in2)
+		}
+		k1, k2 := allColumns[int(col1)%len(allColumns)], allColumns[int(col2)%len(allColumns)]
+		f1, f2 := RowField(i1, r1, k1), RowField(i2, r2, k2)
+		same := i1 == i2 && r1 == r2 && k1 == k2
+		if same != (f1 == f2) {
+			t.Fatalf("RowField(%d,%q,%q)=%q vs RowField(%d,%q,%q)=%q: inputs equal=%v",
+				i1, r1, k1, f1, i2, r2, k2, f2, same)
+		}
+	})
+}

@@ -1,0 +1,177 @@
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Layout is the layout name this package writes; it is stored under
+// [Schema] of the prefix.
+const Layout = "tagged-1"
+
+// ErrBadPrefix is wrapped by the error [ValidatePrefix] returns for a prefix
+// that cannot be used.
+var ErrBadPrefix = errors.New("keys: invalid key prefix")
+
+// ValidatePrefix reports whether prefix can be used as a key prefix. The
+// prefix must not be empty and must not contain '{' or '}', since a brace
+// would set (or break) the hash tag of every key. The returned error wraps
+// [ErrBadPrefix].
+func ValidatePrefix(prefix string) error {
+	if prefix == "" {
+		return fmt.Errorf("%w: %q: prefix is empty", ErrBadPrefix, prefix)
+	}
+	if i := strings.IndexAny(prefix, "{}"); i >= 0 {
+		return fmt.Errorf("%w: %q: prefix contains %q at byte %d; braces would change the hash tag of every key",
+			ErrBadPrefix, prefix, prefix[i], i)
+	}
+	return nil
+}
+
+// Schema is the global key recording the layout of the keys under prefix:
+// prefix+":schema", a string holding [Layout].
+func Schema(prefix string) string {
+	return prefix + ":schema"
+}
+
+const hexDigits = "0123456789abcdef"
+
+// Tag returns the quoted session id used inside the hash tag (without
+// braces): the id as a JSON string literal, surrounding double quotes
+// included. '"' and '\' are backslash-escaped; bytes 0x00–0x1F, '{', '}' and
+// every byte that is not part of a valid UTF-8 sequence are written as
+// \u00XX (lower-case hex); valid UTF-8 and the other printable ASCII bytes
+// are copied unchanged. The quoting is injective and the result never
+// contains '{' or '}'.
+func Tag(session string) string {
+	var b strings.Builder
+	b.Grow(len(session) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(session); {
+		c := session[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case c < 0x20 || c == '{' || c == '}':
+				writeU00(&b, c)
+			default:
+				b.WriteByte(c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(session[i:])
+		if r == utf8.RuneError && size == 1 {
+			writeU00(&b, c)
+		} else {
+			b.WriteString(session[i : i+size])
+		}
+		i += size
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func writeU00(b *strings.Builder, c byte) {
+	b.WriteString(`\u00`)
+	b.WriteByte(hexDigits[c>>4])
+	b.WriteByte(hexDigits[c&0x0f])
+}
+
+// Session names every key and channel of one session. Build it with [For];
+// the zero value is unusable (it would name keys without prefix and tag).
+type Session struct {
+	base string // prefix + ":{" + Tag(session) + "}:"
+}
+
+// For returns the key namer of session under prefix. It does not validate
+// the prefix: the store checks it once with [ValidatePrefix] when it is
+// created, and every key built from an invalid prefix may land in the wrong
+// hash slot.
+func For(prefix, session string) Session {
+	return Session{base: prefix + ":{" + Tag(session) + "}:"}
+}
+
+// Base returns "<prefix>:{<tag>}:", the common prefix of every key and
+// channel of the session. When used as a SCAN MATCH pattern, the caller must
+// escape glob characters ('*', '?', '[', ']', '\') it may contain.
+func (s Session) Base() string { return s.base }
+
+// Count is the string key holding the session's head index.
+func (s Session) Count() string { return s.base + "count" }
+
+// Clear is the string key holding the index of the latest clear marker.
+func (s Session) Clear() string { return s.base + "clear" }
+
+// Log is the stream key holding the events of the session.
+func (s Session) Log() string { return s.base + "log" }
+
+// ID is the key recording the event with id eventID; the raw bytes of the
+// id form the last segment of the key.
+func (s Session) ID(eventID string) string { return s.base + "id:" + eventID }
+
+// Heads is the hash key holding the head rows of the indexes of one chunk
+// (see [HeadChunk] and [RowField]).
+func (s Session) Heads(chunk int64) string {
+	return s.base + "heads:" + strconv.FormatInt(chunk, 10)
+}
+
+// Cursors is the hash key holding the cursor records of the session, keyed
+// by cursor id.
+func (s Session) Cursors() string { return s.base + "cursors" }
+
+// Runnable is the zset key of the cursor ids that have work to do.
+func (s Session) Runnable() string { return s.base + "runnable" }
+
+// Typed is the key recording which event types occur in the session.
+func (s Session) Typed() string { return s.base + "typed" }
+
+// Type is the key indexing the events of one type; the type is written as
+// the lower-case hex of its bytes, so it cannot spell any other name.
+func (s Session) Type(eventType string) string {
+	const p = "type:"
+	buf := make([]byte, 0, len(s.base)+len(p)+2*len(eventType))
+	buf = append(buf, s.base...)
+	buf = append(buf, p...)
+	for i := 0; i < len(eventType); i++ {
+		c := eventType[i]
+		buf = append(buf, hexDigits[c>>4], hexDigits[c&0x0f])
+	}
+	return string(buf)
+}
+
+// Pins is the key of the pinned indexes that must not be trimmed.
+func (s Session) Pins() string { return s.base + "pins" }
+
+// Snap is the key of the latest snapshot of reducer; the reducer name is the
+// last segment of the key.
+func (s Session) Snap(reducer string) string { return s.base + "snap:" + reducer }
+
+// SnapHistory is the key of the older snapshots of reducer; the reducer name
+// is the last segment of the key.
+func (s Session) SnapHistory(reducer string) string {
+	return s.base + "snap-history:" + reducer
+}
+
+// SnapReducers is the key of the set of reducer names that have a snapshot.
+func (s Session) SnapReducers() string { return s.base + "snap-reducers" }
+
+// Presence is the key of the members present in the session.
+func (s Session) Presence() string { return s.base + "presence" }
+
+// Live is the string key holding the number of live runnable heads.
+func (s Session) Live() string { return s.base + "live" }
+
+// NotifyChannel is the pub/sub channel (not a key) announcing new work in
+// the session. It carries the session's hash tag so that sharded pub/sub
+// routes it to the session's slot.
+func (s Session) NotifyChannel() string { return s.base + "notify" }
+
+// PresenceChannel is the pub/sub channel (not a key) announcing presence
+// changes of the session. It carries the session's hash tag.
+func (s Session) PresenceChannel() string { return s.base + "presence-events" }

@@ -1,0 +1,194 @@
+package redisstore_test
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+func appendN(t *testing.T, e *env, session string, n int, mk func(i int) a2redis.Event) []a2redis.StoredEvent {
+	t.Helper()
+	batch := make([]a2redis.Event, n)
+	for i := range batch {
+		if mk != nil {
+			batch[i] = mk(i)
+		} else {
+			batch[i] = a2redis.Event{Type: "t", ID: session + "-" + strconv.Itoa(i)}
+		}
+	}
+	res, err := e.store.Append(e.ctx, session, batch, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	return res.Events
+}
+
+// sessionKeys lists every key of a session (SCAN over every node).
+func sessionKeys(t *testing.T, e *env, session string) []string {
+	t.Helper()
+	pattern := escapeGlob(keysFor(e, session).Base()) + "*"
+	var out []string
+	for _, c := range nodes(e.client) {
+		var cursor uint64
+		for {
+			entry, err := c.Do(e.ctx, c.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+			require.NoError(t, err)
+			out = append(out, entry.Elements...)
+			if entry.Cursor == 0 {
+				break
+			}
+			cursor = entry.Cursor
+		}
+	}
+	return out
+}
+
+func TestClearAndRead(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		appendN(t, e, "s", 3, nil)
+		r, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.ClearResult{Cleared: true, Index: 4, ClearIndex: 4}, r)
+
+		// Reads start at the marker.
+		got, err := e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.Equal(t, a2redis.ClearEventType, got[0].Type)
+
+		// Ids of the past lifetime are free again.
+		again := appendN(t, e, "s", 2, nil)
+		assert.Equal(t, int64(5), again[0].Index)
+		got, err = e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{4, 5, 6}, indexes(got))
+
+		// Scheduled work from before the clear is refused.
+		_, err = e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{OriginIndex: 3})
+		require.ErrorIs(t, err, a2redis.ErrSessionCleared)
+		_, err = e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{OriginIndex: 5})
+		require.NoError(t, err)
+
+		// Clearing an empty session, or a cleared one, is a no-op success.
+		r, err = e.store.Clear(e.ctx, "empty", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.ClearResult{Cleared: true}, r)
+		_, err = e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		r, err = e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.ClearResult{Cleared: true, Index: 8, ClearIndex: 8}, r)
+	})
+}
+
+func TestConditionalClear(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		appendN(t, e, "s", 2, nil)
+		two, three := int64(2), int64(3)
+		r, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{IfLastIndex: &three})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.ClearResult{Cleared: false, Index: 2}, r)
+		r, err = e.store.Clear(e.ctx, "s", redisstore.ClearOptions{IfLastIndex: &two})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.ClearResult{Cleared: true, Index: 3, ClearIndex: 3}, r)
+		// A retry of the same conditional clear reports it cleared.
+		r, err = e.store.Clear(e.ctx, "s", redisstore.ClearOptions{IfLastIndex: &two})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.ClearResult{Cleared: true, Index: 3, ClearIndex: 3}, r)
+	})
+}
+
+func TestReclaim(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		appendN(t, e, "s", 1200, nil)
+		before := len(sessionKeys(t, e, "s"))
+		_, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		appendN(t, e, "s", 2, func(i int) a2redis.Event { return a2redis.Event{ID: "s-" + strconv.Itoa(i), Type: "t"} })
+
+		// Two reclaims at once: each takes the next page; together they
+		// delete every old entry exactly once.
+		var wg sync.WaitGroup
+		results := make([]redisstore.ReclaimResult, 2)
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i], errs[i] = e.store.Reclaim(e.ctx, "s")
+			}()
+		}
+		wg.Wait()
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		assert.True(t, results[0].Done && results[1].Done)
+		assert.Equal(t, int64(1200), results[0].Deleted+results[1].Deleted)
+
+		// The reused ids keep their new owners; the old ones are gone.
+		ks := sessionKeys(t, e, "s")
+		assert.Less(t, len(ks), before)
+		idKeys := 0
+		for _, k := range ks {
+			if strings.Contains(k, ":id:") {
+				idKeys++
+			}
+		}
+		assert.Equal(t, 3, idKeys, "the marker's id and the two new ids: %v", ks)
+		res, err := e.store.Append(e.ctx, "s", []a2redis.Event{{ID: "s-0", Type: "t"}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		assert.True(t, res.Replayed)
+		assert.Equal(t, int64(1202), res.Events[0].Index)
+
+		got, err := e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{1201, 1202, 1203}, indexes(got))
+
+		// Reclaim again is a no-op.
+		r, err := e.store.Reclaim(e.ctx, "s")
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.ReclaimResult{Done: true}, r)
+	})
+}
+
+func TestReclaimCollapsesAnEmptyLifetime(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		appendN(t, e, "s", 10, func(i int) a2redis.Event {
+			return a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}, {Consumer: "l", Lane: "x"}}}
+		})
+		_, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		_, err = e.store.Reclaim(e.ctx, "s")
+		require.NoError(t, err)
+		ks := sessionKeys(t, e, "s")
+		assert.ElementsMatch(t, []string{keysFor(e, "s").Log(), keysFor(e, "s").Clear()}, ks,
+			"an empty lifetime collapses to its marker")
+		b, err := e.store.Bounds(e.ctx, "s")
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.Bounds{Head: 11, ClearIndex: 11}, b)
+		got, err := e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{11}, indexes(got))
+		more := appendN(t, e, "s", 1, nil)
+		assert.Equal(t, int64(12), more[0].Index)
+	})
+}
+
+func TestReadAcrossAClearRetriesFromTheMarker(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		appendN(t, e, "s", 600, nil)
+		_, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		appendN(t, e, "s", 3, func(i int) a2redis.Event { return a2redis.Event{Type: "n"} })
+		_, err = e.store.Reclaim(e.ctx, "s")
+		require.NoError(t, err)
+		// A reader resuming inside the old lifetime starts at the marker.
+		got, err := e.store.Read(e.ctx, "s", 10, 0)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{601, 602, 603, 604}, indexes(got))
+	})
+}

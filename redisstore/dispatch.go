@@ -1,0 +1,675 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/notify"
+)
+
+// ClaimOutcome tells how a ClaimAvailable ended.
+type ClaimOutcome string
+
+// The claim outcomes.
+const (
+	// Claimed: heads were claimed (or dead-lettered by a lapsed takeover).
+	Claimed ClaimOutcome = "claimed"
+	// Busy: every eligible head is held; RetryAt says when one frees.
+	Busy ClaimOutcome = "busy"
+	// Settled: no served head is runnable.
+	Settled ClaimOutcome = "settled"
+)
+
+// ClaimRequest asks for a session's runnable heads.
+type ClaimRequest struct {
+	// Session is the session id. Required.
+	Session string
+	// Holder names the claimant (a worker id). Required.
+	Holder string
+	// TTL is the lease: claims expire at now + TTL. Required unless
+	// ExpiresAt is set.
+	TTL time.Duration
+	// ExpiresAt, when set, is the absolute lease expiry instead of TTL.
+	ExpiresAt time.Time
+	// Exclude names heads not to claim (e.g. ones this worker still runs).
+	Exclude []a2redis.HeadRef
+	// Consumers restricts claims to the consumers a deployment serves; nil
+	// serves every consumer.
+	Consumers []a2redis.Consumer
+	// MaxFailures, when positive, dead-letters a head whose lapsed claim is
+	// taken over once its failures reach it, without running it.
+	MaxFailures int
+	// Through, when positive, claims only heads at or below that index.
+	Through int64
+	// Limit is the most heads one call claims; the rest wait for the next
+	// call, so one script never holds Redis long. Default
+	// Config.ClaimLimit (256).
+	Limit int
+}
+
+// ClaimResult is what a ClaimAvailable claimed.
+type ClaimResult struct {
+	// Outcome is claimed, busy or settled.
+	Outcome ClaimOutcome
+	// Heads are the claimed heads to run, sorted by index then consumer.
+	// Each carries its event and its new attempt (Dispatch.Attempts).
+	Heads []a2redis.HeadEvent
+	// DeadLettered are lapsed heads this call dead-lettered instead of
+	// claiming (MaxFailures reached); they are not to be run.
+	DeadLettered []a2redis.HeadEvent
+	// RetryAt is, when busy, the earliest time a held head frees.
+	RetryAt time.Time
+	// ClearIndex is the session's latest clear marker (when claimed).
+	ClearIndex int64
+	// SessionHead is the session's head index (when claimed).
+	SessionHead int64
+}
+
+// ClaimAvailable claims every eligible head of a session for a holder, up to
+// the limit: live, served, not excluded, at or below Through, and not held
+// by an unexpired claim or retry hold. Each claim bumps the head's attempt;
+// a lapsed claim taken over counts a failure.
+func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if err := checkSession(req.Session); err != nil {
+		return ClaimResult{}, err
+	}
+	if err := checkName("Holder", req.Holder); err != nil {
+		return ClaimResult{}, err
+	}
+	now := s.now()
+	expires, err := expiry(now, req.TTL, req.ExpiresAt)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	if req.MaxFailures < 0 {
+		return ClaimResult{}, a2redis.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
+	}
+	if req.Through < 0 {
+		return ClaimResult{}, a2redis.Invalid("Through", "is negative (%d)", req.Through)
+	}
+	limit := req.Limit
+	if limit == 0 {
+		limit = s.cfg.ClaimLimit
+	}
+	if limit < 0 {
+		return ClaimResult{}, a2redis.Invalid("Limit", "is negative (%d)", limit)
+	}
+	served, err := servedArg(req.Consumers)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	maxFailures, through := "", ""
+	if req.MaxFailures > 0 {
+		maxFailures = itoa(int64(req.MaxFailures))
+	}
+	if req.Through > 0 {
+		through = itoa(req.Through)
+	}
+	args := []string{req.Holder, itoa(now), itoa(expires), maxFailures, served, through, itoa(int64(limit)), itoa(int64(len(req.Exclude)))}
+	for i, ref := range req.Exclude {
+		if err := checkName(fmt.Sprintf("Exclude[%d].Consumer", i), ref.Consumer); err != nil {
+			return ClaimResult{}, err
+		}
+		tag := tagOf(ref.Lane)
+		if ref.Lane == "" {
+			tag = "#" + itoa(ref.Index)
+		}
+		args = append(args, ref.Consumer, tag)
+	}
+	reply, err := s.run(ctx, "claim", req.Session, args)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	return claimResult(req.Session, reply)
+}
+
+func claimResult(session string, reply []rueidis.RedisMessage) (ClaimResult, error) {
+	switch word(reply, 0) {
+	case "settled":
+		return ClaimResult{Outcome: Settled}, nil
+	case "busy":
+		at, err := number(reply, 1)
+		if err != nil {
+			return ClaimResult{}, err
+		}
+		return ClaimResult{Outcome: Busy, RetryAt: time.UnixMilli(at)}, nil
+	case "missing":
+		return ClaimResult{}, errorf(a2redis.ErrRangeGap, session, "a head names index %s, which the log lacks", word(reply, 1))
+	case "claimed":
+		count, err := number(reply, 1)
+		if err != nil || len(reply) != int(count)+4 {
+			return ClaimResult{}, fmt.Errorf("%w: claim replied %d items for %d heads", a2redis.ErrUnexpectedReply, len(reply), count)
+		}
+		r := ClaimResult{Outcome: Claimed}
+		for _, m := range reply[2 : 2+count] {
+			head, err := headOf(session, m)
+			if err != nil {
+				return ClaimResult{}, err
+			}
+			if head.DeadLettered() {
+				r.DeadLettered = append(r.DeadLettered, head)
+			} else {
+				r.Heads = append(r.Heads, head)
+			}
+		}
+		sortHeads(r.Heads)
+		sortHeads(r.DeadLettered)
+		if r.ClearIndex, err = number(reply, int(2+count)); err != nil {
+			return ClaimResult{}, err
+		}
+		if r.SessionHead, err = number(reply, int(3+count)); err != nil {
+			return ClaimResult{}, err
+		}
+		return r, nil
+	}
+	return ClaimResult{}, fmt.Errorf("%w: claim replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
+func sortHeads(heads []a2redis.HeadEvent) {
+	sort.SliceStable(heads, func(i, j int) bool {
+		if heads[i].Index != heads[j].Index {
+			return heads[i].Index < heads[j].Index
+		}
+		return heads[i].Consumer < heads[j].Consumer
+	})
+}
+
+func sortRefs(refs []a2redis.HeadRef) {
+	sort.SliceStable(refs, func(i, j int) bool {
+		if refs[i].Index != refs[j].Index {
+			return refs[i].Index < refs[j].Index
+		}
+		return refs[i].Consumer < refs[j].Consumer
+	})
+}
+
+func expiry(now int64, ttl time.Duration, at time.Time) (int64, error) {
+	if !at.IsZero() {
+		return at.UnixMilli(), nil
+	}
+	if ttl <= 0 {
+		return 0, a2redis.Invalid("TTL", "must be positive (got %v)", ttl)
+	}
+	return now + max(ttl.Milliseconds(), 1), nil
+}
+
+// Claim is one held claim: a head and the attempt its claim returned.
+type Claim struct {
+	a2redis.HeadRef
+	// Attempt is the attempt number of the claim.
+	Attempt int64
+}
+
+// RenewRequest asks to extend a holder's claims.
+type RenewRequest struct {
+	// Session is the session id. Required.
+	Session string
+	// Holder is the claimant. Required.
+	Holder string
+	// Claims are the claims to renew.
+	Claims []Claim
+	// TTL is the new lease from now, unless ExpiresAt is set.
+	TTL time.Duration
+	// ExpiresAt, when set, is the absolute new expiry.
+	ExpiresAt time.Time
+}
+
+// RenewResult says which claims were renewed and which were lost.
+type RenewResult struct {
+	// Renewed are the claims extended, sorted by index then consumer.
+	Renewed []a2redis.HeadRef
+	// Superseded are claims a newer attempt took, or whose head the
+	// cursor moved past: stop working on them.
+	Superseded []a2redis.HeadRef
+}
+
+// RenewClaims extends the holder's live claims. A head its cursor has not
+// reached holds nothing to renew and is in neither list; so is a claim that
+// lapsed without being taken over.
+func (s *Store) RenewClaims(ctx context.Context, req RenewRequest) (RenewResult, error) {
+	if err := checkSession(req.Session); err != nil {
+		return RenewResult{}, err
+	}
+	if err := checkName("Holder", req.Holder); err != nil {
+		return RenewResult{}, err
+	}
+	now := s.now()
+	expires, err := expiry(now, req.TTL, req.ExpiresAt)
+	if err != nil {
+		return RenewResult{}, err
+	}
+	if len(req.Claims) == 0 {
+		return RenewResult{Renewed: []a2redis.HeadRef{}, Superseded: []a2redis.HeadRef{}}, nil
+	}
+	args := []string{req.Holder, itoa(now), itoa(expires), itoa(int64(len(req.Claims)))}
+	for i, c := range req.Claims {
+		if err := checkCause(fmt.Sprintf("Claims[%d]", i), a2redis.Cause{Consumer: c.Consumer, Lane: c.Lane, Index: c.Index, Attempt: c.Attempt}); err != nil {
+			return RenewResult{}, err
+		}
+		args = append(args, c.Consumer, tagOf(c.Lane), itoa(c.Index), itoa(c.Attempt))
+	}
+	reply, err := s.run(ctx, "renew", req.Session, args)
+	if err != nil {
+		return RenewResult{}, err
+	}
+	renewed, err := number(reply, 0)
+	if err != nil || int(renewed)+1 > len(reply) {
+		return RenewResult{}, fmt.Errorf("%w: renew replied %v", a2redis.ErrUnexpectedReply, reply)
+	}
+	r := RenewResult{Renewed: []a2redis.HeadRef{}, Superseded: []a2redis.HeadRef{}}
+	for i, m := range reply[1:] {
+		pos, err := asInt(m)
+		if err != nil || pos < 1 || int(pos) > len(req.Claims) {
+			return RenewResult{}, fmt.Errorf("%w: renew replied position %v", a2redis.ErrUnexpectedReply, m)
+		}
+		ref := req.Claims[pos-1].HeadRef
+		if int64(i) < renewed {
+			r.Renewed = append(r.Renewed, ref)
+		} else {
+			r.Superseded = append(r.Superseded, ref)
+		}
+	}
+	sortRefs(r.Renewed)
+	sortRefs(r.Superseded)
+	return r, nil
+}
+
+// CompleteRequest finishes an attempt.
+type CompleteRequest struct {
+	// Session is the session id. Required.
+	Session string
+	// Head names the head: consumer, lane and index.
+	Head a2redis.HeadRef
+	// Attempt is the attempt the claim returned. Required.
+	Attempt int64
+	// Events are the events the handler returned; they are appended with
+	// Cause = this attempt, atomically with the completion.
+	Events []a2redis.Event
+	// Consumers are the served consumers (see AppendOptions.Consumers).
+	Consumers []a2redis.Consumer
+}
+
+// CompleteOutcome tells how a CompleteAttempt ended.
+type CompleteOutcome string
+
+// The completion outcomes.
+const (
+	// Completed: the cursor moved past the head (now or by an earlier try
+	// whose acknowledgement was lost).
+	Completed CompleteOutcome = "completed"
+	// CompleteSuperseded: the attempt no longer owns the head; nothing was
+	// written.
+	CompleteSuperseded CompleteOutcome = "superseded"
+)
+
+// CompleteResult is what a CompleteAttempt did.
+type CompleteResult struct {
+	// Outcome is completed or superseded.
+	Outcome CompleteOutcome
+	// Events are the returned events as stored (the committed ones on a
+	// replay).
+	Events []a2redis.StoredEvent
+	// Replayed reports a retry of an already committed completion.
+	Replayed bool
+}
+
+// CompleteAttempt finishes a claimed attempt: fenced by (consumer, lane,
+// index, attempt, live claim), it moves the cursor past its head and
+// appends the returned events with their cause set to this attempt, in one
+// atomic step. A retry after a lost acknowledgement replays the committed
+// events; a retry with other ids fails with ErrPartialDuplicateBatch; a
+// stale attempt is superseded; an index with no event fails with ErrNoEvent.
+func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (CompleteResult, error) {
+	if err := checkSession(req.Session); err != nil {
+		return CompleteResult{}, err
+	}
+	cause := a2redis.Cause{Consumer: req.Head.Consumer, Lane: req.Head.Lane, Index: req.Head.Index, Attempt: req.Attempt}
+	if err := checkCause("Head", cause); err != nil {
+		return CompleteResult{}, err
+	}
+	served, err := servedArg(req.Consumers)
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	batch, err := s.prepare(req.Events, "Events")
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	for i, e := range req.Events {
+		if e.Cause != nil {
+			return CompleteResult{}, a2redis.Invalid(fmt.Sprintf("Events[%d].Cause", i), "is set: returned events take the completed attempt as their cause")
+		}
+	}
+	now := s.now()
+	causeJSON, _ := json.Marshal(cause)
+	ids := make([]string, len(batch))
+	for i, e := range batch {
+		ids[i] = e.id
+	}
+	idsJSON, _ := json.Marshal(ids)
+	args := make([]string, 0, 9+len(batch)*4)
+	args = append(args, itoa(now), cause.Consumer, tagOf(cause.Lane), itoa(cause.Index), itoa(cause.Attempt),
+		string(causeJSON), served, string(idsJSON), itoa(int64(len(batch))))
+	for _, e := range batch {
+		args = append(args, e.id, e.typ, string(e.payload), e.targets)
+	}
+	reply, err := s.runIndexed(ctx, "complete", req.Session, args)
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	switch word(reply, 0) {
+	case "ok":
+		first, err := number(reply, 1)
+		if err != nil {
+			return CompleteResult{}, err
+		}
+		stored := make([]a2redis.StoredEvent, len(batch))
+		entries := make([]notify.Entry, len(batch))
+		for i, e := range batch {
+			stored[i] = e.stored(req.Session, first+int64(i), now, &cause)
+			entries[i] = notify.Entry{Index: first + int64(i), ID: e.id, Type: e.typ, Payload: e.payload}
+		}
+		if len(batch) > 0 {
+			s.publish(ctx, req.Session, notify.Encode(first+int64(len(batch))-1, now, entries))
+		}
+		return CompleteResult{Outcome: Completed, Events: stored}, nil
+	case "duplicate":
+		stored := make([]a2redis.StoredEvent, 0, len(batch))
+		var last int64
+		for _, m := range reply[1:] {
+			ev, err := entry(req.Session, m)
+			if err != nil {
+				return CompleteResult{}, err
+			}
+			if ev.Cause == nil || *ev.Cause != cause {
+				return CompleteResult{}, errorf(a2redis.ErrPartialDuplicateBatch, req.Session, "returned event %q was stored by another attempt", ev.ID)
+			}
+			last = max(last, ev.Index)
+			stored = append(stored, ev)
+		}
+		if last > 0 {
+			s.publish(ctx, req.Session, notify.EncodeBare(last))
+		}
+		return CompleteResult{Outcome: Completed, Events: stored, Replayed: true}, nil
+	case "superseded":
+		return CompleteResult{Outcome: CompleteSuperseded, Events: []a2redis.StoredEvent{}}, nil
+	case "missing":
+		return CompleteResult{}, errorf(a2redis.ErrNoEvent, req.Session, "no event at index %d", req.Head.Index)
+	case "partial":
+		return CompleteResult{}, errorf(a2redis.ErrPartialDuplicateBatch, req.Session, "returned event ids clash with stored events or with the committed completion of index %d", req.Head.Index)
+	}
+	return CompleteResult{}, fmt.Errorf("%w: complete replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
+// FailRequest reports a failed attempt.
+type FailRequest struct {
+	// Session is the session id. Required.
+	Session string
+	// Head names the head.
+	Head a2redis.HeadRef
+	// Attempt is the attempt the claim returned. Required.
+	Attempt int64
+	// Error is the failure's text, recorded on the head.
+	Error string
+	// MaxFailures dead-letters the head once its failures reach it.
+	// Required (at least 1).
+	MaxFailures int
+	// RetryAfter, when positive, holds the head back from claims until
+	// now + RetryAfter.
+	RetryAfter time.Duration
+}
+
+// FailOutcome tells how a FailAttempt ended.
+type FailOutcome string
+
+// The failure outcomes.
+const (
+	// Failed: the failure was counted; the head runs again.
+	Failed FailOutcome = "failed"
+	// DeadLettered: the failure reached MaxFailures; the cursor stops at
+	// the head until a redrive.
+	DeadLettered FailOutcome = "dead_lettered"
+	// FailSuperseded: the attempt no longer owns the head; nothing written.
+	FailSuperseded FailOutcome = "superseded"
+)
+
+// FailResult is what a FailAttempt did.
+type FailResult struct {
+	// Outcome is failed, dead_lettered or superseded.
+	Outcome FailOutcome
+	// Failures is the head's failure count.
+	Failures int64
+}
+
+// FailAttempt records a failed attempt: it counts a failure, records the
+// error, releases the claim, and holds the head until now + RetryAfter or,
+// at MaxFailures, dead-letters it. Repeating the same report is idempotent.
+func (s *Store) FailAttempt(ctx context.Context, req FailRequest) (FailResult, error) {
+	if err := checkSession(req.Session); err != nil {
+		return FailResult{}, err
+	}
+	if err := checkCause("Head", a2redis.Cause{Consumer: req.Head.Consumer, Lane: req.Head.Lane, Index: req.Head.Index, Attempt: req.Attempt}); err != nil {
+		return FailResult{}, err
+	}
+	if req.MaxFailures < 1 {
+		return FailResult{}, a2redis.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
+	}
+	if req.RetryAfter < 0 {
+		return FailResult{}, a2redis.Invalid("RetryAfter", "is negative (%v)", req.RetryAfter)
+	}
+	now := s.now()
+	hold := ""
+	if req.RetryAfter > 0 {
+		hold = itoa(now + max(req.RetryAfter.Milliseconds(), 1))
+	}
+	reply, err := s.run(ctx, "fail", req.Session, []string{req.Head.Consumer, tagOf(req.Head.Lane), itoa(req.Head.Index),
+		itoa(req.Attempt), req.Error, itoa(int64(req.MaxFailures)), itoa(now), hold})
+	if err != nil {
+		return FailResult{}, err
+	}
+	failures, err := number(reply, 1)
+	if err != nil {
+		return FailResult{}, err
+	}
+	switch outcome := word(reply, 0); outcome {
+	case "failed", "dead_lettered", "superseded":
+		return FailResult{Outcome: FailOutcome(outcome), Failures: failures}, nil
+	case "missing":
+		return FailResult{}, errorf(a2redis.ErrNoEvent, req.Session, "no event at index %d", req.Head.Index)
+	}
+	return FailResult{}, fmt.Errorf("%w: fail replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
+// DeadLetters returns the session's dead-lettered heads, sorted by index
+// then consumer.
+func (s *Store) DeadLetters(ctx context.Context, session string) ([]a2redis.HeadEvent, error) {
+	if err := checkSession(session); err != nil {
+		return nil, err
+	}
+	reply, err := s.run(ctx, "dead_letters", session, nil)
+	if err != nil {
+		return nil, err
+	}
+	heads := make([]a2redis.HeadEvent, 0, len(reply))
+	for _, m := range reply {
+		head, err := headOf(session, m)
+		if err != nil {
+			return nil, err
+		}
+		heads = append(heads, head)
+	}
+	sortHeads(heads)
+	return heads, nil
+}
+
+// RedriveAction is what a redrive does with a dead-lettered head.
+type RedriveAction string
+
+// The redrive actions.
+const (
+	// Retry clears the head's failures and makes it runnable again.
+	Retry RedriveAction = "retry"
+	// Skip moves the cursor past the head.
+	Skip RedriveAction = "skip"
+)
+
+// RedriveRequest acts on a consumer's dead-lettered head.
+type RedriveRequest struct {
+	// Session is the session id. Required.
+	Session string
+	// Consumer is the consumer whose head it is. Required.
+	Consumer string
+	// Index is the dead-lettered head's index. Required.
+	Index int64
+	// Action is Retry or Skip.
+	Action RedriveAction
+	// Consumers are the served consumers (for HasPending; see
+	// AppendOptions.Consumers).
+	Consumers []a2redis.Consumer
+}
+
+// RedriveResult is what a Redrive did.
+type RedriveResult struct {
+	// Redriven reports that a dead-lettered head was found and acted on.
+	Redriven bool
+	// HasPending reports whether a served consumer has a live head.
+	HasPending bool
+}
+
+// Redrive retries or skips a consumer's dead-lettered head.
+func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult, error) {
+	if err := checkSession(req.Session); err != nil {
+		return RedriveResult{}, err
+	}
+	if err := checkName("Consumer", req.Consumer); err != nil {
+		return RedriveResult{}, err
+	}
+	if req.Index < 1 {
+		return RedriveResult{}, a2redis.Invalid("Index", "must be at least 1 (got %d)", req.Index)
+	}
+	if req.Action != Retry && req.Action != Skip {
+		return RedriveResult{}, a2redis.Invalid("Action", "must be %q or %q (got %q)", Retry, Skip, req.Action)
+	}
+	served, err := servedArg(req.Consumers)
+	if err != nil {
+		return RedriveResult{}, err
+	}
+	reply, err := s.runIndexed(ctx, "redrive", req.Session, []string{req.Consumer, itoa(req.Index), string(req.Action), itoa(s.now()), served})
+	if err != nil {
+		return RedriveResult{}, err
+	}
+	return RedriveResult{Redriven: word(reply, 0) == "1", HasPending: word(reply, 1) == "1"}, nil
+}
+
+// WakeLogResult is a log cursor after a WakeLog.
+type WakeLogResult struct {
+	// Cursor is the log cursor (Head 0: nothing to run).
+	Cursor a2redis.Cursor
+	// SessionHead is the session's head index.
+	SessionHead int64
+}
+
+// WakeLog brings one log cursor up to date without an append: a missing
+// cursor starts at the clear marker with Backfill (else at the session head
+// with nothing to run); an idle one takes the next stored event of its
+// types; one with a head keeps it.
+func (s *Store) WakeLog(ctx context.Context, session string, consumer a2redis.Consumer) (WakeLogResult, error) {
+	if err := checkSession(session); err != nil {
+		return WakeLogResult{}, err
+	}
+	if consumer.Log == nil {
+		return WakeLogResult{}, a2redis.Invalid("consumer.Log", "is nil: WakeLog needs a log consumer")
+	}
+	if _, err := servedArg([]a2redis.Consumer{consumer}); err != nil {
+		return WakeLogResult{}, err
+	}
+	types := "*"
+	if consumer.Log.Types != nil {
+		raw, _ := json.Marshal(consumer.Log.Types)
+		types = string(raw)
+	}
+	backfill := "0"
+	if consumer.Log.Backfill {
+		backfill = "1"
+	}
+	reply, err := s.runIndexed(ctx, "wake_log", session, []string{consumer.Name, consumer.Log.Lane, types, backfill})
+	if err != nil {
+		return WakeLogResult{}, err
+	}
+	if word(reply, 0) != "ok" || len(reply) != 5 {
+		return WakeLogResult{}, fmt.Errorf("%w: wake_log replied %v", a2redis.ErrUnexpectedReply, reply)
+	}
+	position, err := number(reply, 1)
+	if err != nil {
+		return WakeLogResult{}, err
+	}
+	var head int64
+	if !reply[2].IsNil() {
+		if head, err = number(reply, 2); err != nil {
+			return WakeLogResult{}, err
+		}
+	}
+	sessionHead, err := number(reply, 4)
+	if err != nil {
+		return WakeLogResult{}, err
+	}
+	return WakeLogResult{
+		Cursor: a2redis.Cursor{
+			Consumer: consumer.Name, Lane: consumer.Log.Lane, Kind: a2redis.LogCursor,
+			Position: position, Head: head, Dispatch: dispatch(reply[3]),
+		},
+		SessionHead: sessionHead,
+	}, nil
+}
+
+// Cursors returns every lane and log cursor of a session and every event
+// cursor with a head, sorted by consumer, then lane (event cursors last),
+// then head.
+func (s *Store) Cursors(ctx context.Context, session string) ([]a2redis.Cursor, error) {
+	if err := checkSession(session); err != nil {
+		return nil, err
+	}
+	reply, err := s.run(ctx, "cursors", session, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]a2redis.Cursor, 0, len(reply))
+	for _, m := range reply {
+		parts := array(m)
+		if len(parts) != 5 {
+			return nil, fmt.Errorf("%w: cursor tuple %v", a2redis.ErrUnexpectedReply, m)
+		}
+		kind, lane := cursorOf(text(parts[1]))
+		c := a2redis.Cursor{Consumer: text(parts[0]), Lane: lane, Kind: kind, Dispatch: dispatch(parts[4])}
+		if c.Position, err = asInt(parts[2]); err != nil {
+			return nil, err
+		}
+		if !parts[3].IsNil() {
+			if c.Head, err = asInt(parts[3]); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, c)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Consumer != b.Consumer {
+			return a.Consumer < b.Consumer
+		}
+		if (a.Kind == a2redis.EventCursor) != (b.Kind == a2redis.EventCursor) {
+			return b.Kind == a2redis.EventCursor
+		}
+		if a.Lane != b.Lane {
+			return strings.Compare(a.Lane, b.Lane) < 0
+		}
+		return a.Head < b.Head
+	})
+	return out, nil
+}
