@@ -343,8 +343,14 @@ func TestDispatchRejectsBadInput(t *testing.T) {
 		appendN(t, e, "s", 1, func(int) a2redis.Event { return a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}} })
 		ref := a2redis.HeadRef{Consumer: "c", Index: 1}
 		errs := []error{
-			func() error { _, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", TTL: time.Second}); return err }(),
-			func() error { _, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "h"}); return err }(),
+			func() error {
+				_, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", TTL: time.Second})
+				return err
+			}(),
+			func() error {
+				_, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "h"})
+				return err
+			}(),
 			func() error {
 				_, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "h", TTL: -time.Second})
 				return err
