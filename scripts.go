@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -80,6 +81,7 @@ func LoadScripts(fsys fs.FS) (map[string]*Script, error) {
 		if err != nil {
 			return nil, fmt.Errorf("a2redis: script %s: %w", file, err)
 		}
+		body = Shake(body)
 		name := strings.TrimSuffix(file, ".lua")
 		shebang := KeyLockingShebang
 		if readOnly {
@@ -119,6 +121,91 @@ func UnusedIncludes(fsys fs.FS, scripts map[string]*Script) ([]string, error) {
 	}
 	sort.Strings(unused)
 	return unused, nil
+}
+
+var (
+	functionStart = regexp.MustCompile(`^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
+	identifier    = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+)
+
+// Shake drops the top-level local functions a composed script never calls,
+// directly or through the functions it keeps. Redis runs a script's whole
+// chunk on every call, so every function an include defines costs a closure
+// per call whether it is used or not. A top-level function is a line
+// `local function NAME(` at column 0 through the next line that is exactly
+// `end` (or that line alone when it ends with ` end`), with the comment lines right above it; everything else is kept and
+// is where the search for used names starts.
+func Shake(src string) string {
+	lines := strings.Split(src, "\n")
+	type block struct {
+		name        string
+		first, last int // lines, inclusive, comments included
+		body        string
+	}
+	var blocks []block
+	inBlock := make([]int, len(lines)) // block number + 1, or 0
+	for i := 0; i < len(lines); i++ {
+		m := functionStart.FindStringSubmatch(lines[i])
+		if m == nil {
+			continue
+		}
+		end := i
+		if !strings.HasSuffix(strings.TrimSpace(lines[i]), " end") {
+			for end < len(lines) && lines[end] != "end" {
+				end++
+			}
+		}
+		if end == len(lines) {
+			return src // not the shape this understands: keep everything
+		}
+		first := i
+		for first > 0 && inBlock[first-1] == 0 && strings.HasPrefix(lines[first-1], "--") {
+			first--
+		}
+		blocks = append(blocks, block{name: m[1], first: first, last: end, body: strings.Join(lines[i:end+1], "\n")})
+		for j := first; j <= end; j++ {
+			inBlock[j] = len(blocks)
+		}
+		i = end
+	}
+	byName := map[string]int{}
+	for i, b := range blocks {
+		byName[b.name] = i
+	}
+	used := make([]bool, len(blocks))
+	var queue []int
+	mark := func(text string) {
+		for _, word := range identifier.FindAllString(text, -1) {
+			if i, ok := byName[word]; ok && !used[i] {
+				used[i] = true
+				queue = append(queue, i)
+			}
+		}
+	}
+	var roots strings.Builder
+	for i, line := range lines {
+		if inBlock[i] == 0 && !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			roots.WriteString(line)
+			roots.WriteByte('\n')
+		}
+	}
+	mark(roots.String())
+	for len(queue) > 0 {
+		i := queue[0]
+		queue = queue[1:]
+		mark(blocks[i].body)
+	}
+	var out strings.Builder
+	for i, line := range lines {
+		if b := inBlock[i]; b != 0 && !used[b-1] {
+			continue
+		}
+		out.WriteString(line)
+		if i < len(lines)-1 {
+			out.WriteByte('\n')
+		}
+	}
+	return out.String()
 }
 
 type composer struct {
