@@ -19,24 +19,32 @@
 // Keys of one session (<name> after the common [Session.Base]):
 //
 //	name                 Redis type  holds
-//	count                string      head index of the session (last appended index)
+//	count                string      head index of the session (absent once a
+//	                                 lifetime collapsed: read clear)
 //	clear                string      index of the latest clear marker
-//	log                  stream      the events of the session
-//	id:<event id>        string      index of the event with that id (deduplication)
+//	log                  stream      the events; entry id <index>-0, fields
+//	                                 id type payload created_at cause
+//	id:<event id>        string      index of the event with that id in the
+//	                                 current lifetime (deduplication)
 //	heads:<chunk>        hash        head-row columns of the indexes of one chunk
 //	                                 (see HeadChunk, RowField and the Col* constants)
-//	cursors              hash        cursor records, fields keyed by cursor id
-//	                                 (see EventCursorID, LaneCursorID, LogCursorID
-//	                                 and the Cursor* suffixes)
-//	runnable             zset        cursor ids that have work to do
-//	typed                set/zset    event types that occur in the session
-//	type:<hex of type>   zset/list   indexes of the events of one type
-//	pins                 hash        pinned indexes that must not be trimmed
-//	snap:<reducer>       string      latest snapshot of a reducer
-//	snap-history:<red.>  stream      older snapshots of a reducer
+//	cursors              hash        lane and log cursor records, fields keyed by
+//	                                 cursor id (see LaneCursorID, LogCursorID and
+//	                                 the Cursor* suffixes)
+//	runnable             zset        every cursor with a head, score = head index;
+//	                                 index + HeldOffset while a claim or retry
+//	                                 hold holds it; -index while dead-lettered
+//	leases               zset        cursors whose head is held, score = when the
+//	                                 claim lapses or the retry hold ends
+//	live                 string      number of live (not dead-lettered) heads
+//	typed                string      JSON {type: [from, last]} of the types log
+//	                                 cursors read (the lazily built type indexes)
+//	type:<hex of type>   zset        indexes of the events of one type
+//	pins                 hash        per snapshot ref, how many heads pin it
+//	snap:<reducer>       string      the reducer's head snapshot
+//	snap-history:<red.>  zset        pinned older snapshots, score = index
 //	snap-reducers        set         reducer names that have a snapshot
-//	presence             hash        members present in the session
-//	live                 string      number of live runnable heads
+//	presence             hash        presence entries
 //
 // Channels of one session (pub/sub channel names, not keys; they carry the
 // session's hash tag so that sharded pub/sub routes them to the session's

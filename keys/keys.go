@@ -125,8 +125,18 @@ func (s Session) Heads(chunk int64) string {
 // by cursor id.
 func (s Session) Cursors() string { return s.base + "cursors" }
 
-// Runnable is the zset key of the cursor ids that have work to do.
+// Runnable is the zset of every cursor with a head, scored by the head's
+// index: plus HeldOffset while a claim or retry hold holds it, negated while
+// it is dead-lettered.
 func (s Session) Runnable() string { return s.base + "runnable" }
+
+// Leases is the zset of the cursors whose head is held, scored by when the
+// claim lapses or the retry hold ends (epoch milliseconds).
+func (s Session) Leases() string { return s.base + "leases" }
+
+// HeldOffset is added to a held head's runnable score, so that a scan of
+// the scores 1 … HeldOffset-1 finds exactly the heads free to claim.
+const HeldOffset = 1 << 50
 
 // Typed is the key recording which event types occur in the session.
 func (s Session) Typed() string { return s.base + "typed" }

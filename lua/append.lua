@@ -1,4 +1,4 @@
---@include cursor
+--@include batch
 -- append: adds a batch of events to a session's log, idempotently by event id,
 -- and starts the cursor work the events carry.
 --
@@ -24,33 +24,14 @@
 --                                                    run again; nothing written
 local now, n = ARGV[1], tonumber(ARGV[2])
 use_served(ARGV[3])
-local ids = {}
-for i = 1, n do ids[i] = ARGV[4 + (i - 1) * 5 + 1] end
-local owners = read_bounds(ids)
-if n == 0 then return { 'empty', has_pending() } end
-
-local found = 0
-for i = 1, n do
-  if owners[i] then found = found + 1 end
-end
-if found == n then
-  local reply = { 'dup', has_pending() }
-  for i = 1, n do
-    local at = owners[i] .. '-0'
-    reply[#reply + 1] = redis.call('XRANGE', LOG, at, at)[1]
-  end
-  return reply
-end
-if found > 0 then return { 'partial', int(found) } end
-
-local origin = ARGV[4]
-if origin ~= '' and tonumber(origin) <= boundary then return { 'cleared', origin } end
+local refused = screen_batch(n)
+if refused then return refused end
 
 -- The attempt fence: an event caused by a consumer's attempt commits only
 -- while that attempt still owns its cursor's head, undead.
 local refs, fenced = {}, {}
 for i = 1, n do
-  local raw = ARGV[4 + (i - 1) * 5 + 4]
+  local raw = event_arg(i, 4)
   if raw ~= '' then
     local cause = cjson.decode(raw)
     local idx = tonumber(cause.index)
@@ -60,7 +41,7 @@ for i = 1, n do
     fenced[#fenced + 1] = { position = i, consumer = cause.consumer, attempt = tonumber(cause.attempt), tag = tag }
   end
 end
-local rows = read_rows(refs, { 'd', 'f', 'p', 'l', 'ch' })
+local rows = read_rows(refs, { 'd', 'f', 'p', 'l' })
 for k, cause in ipairs(fenced) do
   local row = rows[k]
   if tonumber(row[1] or '0') ~= cause.attempt or row[2] or row[3] or not owns(row[4], cause.tag) then
@@ -71,25 +52,12 @@ for k, cause in ipairs(fenced) do
 end
 
 local base = total
-local batch = {}
-for i = 1, n do
-  local o = 4 + (i - 1) * 5
-  batch[i] = { idx = base + i, type = ARGV[o + 2], targets = targets_of(ARGV[o + 5]) }
-end
+local batch = batch_of(n, base)
 local planned, missing, after = plan(batch, base)
 if not planned then return { 'index', missing, int(after) } end
-
-for i = 1, n do
-  local o = 4 + (i - 1) * 5
-  local idx = int(base + i)
-  redis.call('XADD', LOG, idx .. '-0',
-    'id', ARGV[o + 1], 'type', ARGV[o + 2], 'payload', ARGV[o + 3],
-    'created_at', now, 'cause', ARGV[o + 4])
-  mark(id_key(ARGV[o + 1]), idx)
-end
+add_batch(now, n, base)
 index_batch(batch)
 enqueue(batch)
-mark(COUNTER, int(base + n))
 flush_states()
 commit()
 return { 'ok', int(base + 1), has_pending() }

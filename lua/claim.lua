@@ -2,7 +2,9 @@
 -- claim: claims a session's runnable heads for a holder. Every eligible head
 -- (live, served, not excluded, at or below `through`, not held by an
 -- unexpired claim or retry hold) is claimed, lowest index first, up to
--- `limit`; each claim bumps the head's attempt. A head whose claim lapsed
+-- `limit`; each claim bumps the head's attempt. Free heads are found by
+-- their runnable score (held heads score above HELD), lapsed holds through
+-- the lease set, so a claim never scans the heads others hold. A head whose claim lapsed
 -- counts a failure when taken over, and dead-letters without running once
 -- failures reach max_failures.
 --
@@ -28,7 +30,7 @@
 --                          nothing written
 local holder, now, expires_at = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_failures = tonumber(ARGV[4])
-local upper = ARGV[6] == '' and '+inf' or ARGV[6]
+local through = ARGV[6] == '' and HELD - 1 or math.min(tonumber(ARGV[6]), HELD - 1)
 local limit = tonumber(ARGV[7])
 local served_all, served = ARGV[5] == '', {}
 if not served_all then
@@ -38,49 +40,88 @@ local excluded = {}
 for i = 1, tonumber(ARGV[8]) do
   excluded[ARGV[8 + (i - 1) * 2 + 1] .. '\0' .. ARGV[8 + (i - 1) * 2 + 2]] = true
 end
+read_bounds()
 
-local COLUMNS = { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f', 'pins' }
-local page_size = math.max(64, limit * 2)
-local taken, retry_at, bounds_read = {}, nil, false
-local offset = 0
-while #taken < limit do
-  local page = redis.call('ZRANGEBYSCORE', READY, 1, upper, 'WITHSCORES', 'LIMIT', offset, page_size)
-  if #page == 0 then break end
-  if not bounds_read then
-    read_bounds()
-    bounds_read = true
-  end
-  local candidates = {}
+-- A cursor this call may claim: served, not excluded, its head at or below
+-- `through`. Returns the candidate, or nil.
+local function candidate_of(cid, idx)
+  if idx > through then return nil end
+  local consumer, tag = parse_cid(cid)
+  local kind = string.sub(tag, 1, 1)
+  local named = consumer .. '\0' .. (kind == 'G' and ('L' .. string.sub(tag, 2)) or tag)
+  if not (served_all or served[consumer]) or excluded[named] then return nil end
+  return { idx, row_of(consumer, tag), consumer = consumer, cid = cid, kind = kind == '#' and '#' or tag }
+end
+
+-- Heads free to claim, lowest index first: runnable scores 1 … through.
+local page_size = limit + tonumber(ARGV[8]) + 16
+local candidates, offset = {}, 0
+while #candidates < limit do
+  local page = redis.call('ZRANGEBYSCORE', READY, 1, through, 'WITHSCORES', 'LIMIT', offset, page_size)
   for i = 1, #page, 2 do
-    local cid, idx = page[i], tonumber(page[i + 1])
-    local consumer, tag = parse_cid(cid)
-    local kind = string.sub(tag, 1, 1)
-    local named = consumer .. '\0' .. (kind == 'G' and ('L' .. string.sub(tag, 2)) or tag)
-    if (served_all or served[consumer]) and not excluded[named] then
-      candidates[#candidates + 1] = {
-        idx, row_of(consumer, tag), consumer = consumer, cid = cid,
-        kind = kind == '#' and '#' or tag,
-      }
-    end
-  end
-  local rows = read_rows(candidates, COLUMNS)
-  for position, candidate in ipairs(candidates) do
-    local row = rows[position]
-    local expires = tonumber(row[5] or '0')
-    if expires > now then
-      if not retry_at or expires < retry_at then retry_at = expires end
-    elseif #taken < limit then
-      taken[#taken + 1] = { candidate = candidate, row = row }
-    end
+    local candidate = candidate_of(page[i], tonumber(page[i + 1]))
+    if candidate then candidates[#candidates + 1] = candidate end
   end
   if #page < page_size * 2 then break end
   offset = offset + page_size
 end
-
-if #taken == 0 then
-  if retry_at then return { 'busy', int(retry_at) } end
-  return { 'settled' }
+-- Held heads whose claim lapsed or whose retry hold ended, earliest first.
+offset = 0
+local expired = 0
+while expired < limit do
+  local page = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', offset, page_size)
+  if #page == 0 then break end
+  local scores = redis.call('ZMSCORE', READY, unpack(page))
+  for i, cid in ipairs(page) do
+    if scores[i] then
+      local idx, held = head_of(tonumber(scores[i]))
+      local candidate = held and candidate_of(cid, idx)
+      if candidate then
+        candidates[#candidates + 1] = candidate
+        expired = expired + 1
+      end
+    end
+  end
+  if #page < page_size then break end
+  offset = offset + page_size
 end
+
+if #candidates == 0 then
+  -- Busy when a served head is held: report when the first hold ends.
+  offset = 0
+  while true do
+    local page = redis.call('ZRANGEBYSCORE', LEASES, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', offset, page_size)
+    if #page == 0 then return { 'settled' } end
+    local cids = {}
+    for i = 1, #page, 2 do cids[#cids + 1] = page[i] end
+    local scores = redis.call('ZMSCORE', READY, unpack(cids))
+    for i = 1, #cids do
+      if scores[i] then
+        local idx, held = head_of(tonumber(scores[i]))
+        if held and candidate_of(cids[i], idx) then return { 'busy', page[i * 2] } end
+      end
+    end
+    if #page < page_size * 2 then return { 'settled' } end
+    offset = offset + page_size
+  end
+end
+
+table.sort(candidates, function(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  return a.consumer < b.consumer
+end)
+for i = #candidates, limit + 1, -1 do candidates[i] = nil end
+local taken = {}
+local rows = read_rows(candidates, { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f', 'pins' })
+for position, candidate in ipairs(candidates) do
+  if #taken == limit then break end
+  local row = rows[position]
+  -- The runnable and lease sets mirror the row's expiry; the row decides.
+  if tonumber(row[5] or '0') <= now then
+    taken[#taken + 1] = { candidate = candidate, row = row }
+  end
+end
+if #taken == 0 then return { 'settled' } end
 
 -- One XRANGE per run of consecutive indexes.
 local wanted, indexes, entries = {}, {}, {}
@@ -126,6 +167,7 @@ for _, take in ipairs(taken) do
     drop_row(idx, at, 'ch')
     drop_row(idx, at, 'ce')
     ready_set(candidate.cid, -idx, -1)
+    lease_set(candidate.cid, false)
     release_pins(idx, at, row[11])
     columns = { attempt, row[2], row[3], false, false, int(failures), row[7], row[8], row[9], ARGV[2] }
   else
@@ -134,6 +176,7 @@ for _, take in ipairs(taken) do
     put_row(idx, at, 'lc', ARGV[2])
     put_row(idx, at, 'ch', holder)
     put_row(idx, at, 'ce', expires_at)
+    hold(candidate.cid, idx, tonumber(expires_at))
     columns = { attempt, first_claimed, ARGV[2], holder, expires_at, int(failures), row[7], row[8], row[9], false }
   end
   reply[#reply + 1] = { candidate.consumer, candidate.kind, int(idx), columns, entries[idx] }

@@ -27,7 +27,7 @@ local ready = redis.call('ZRANGE', READY, 0, -1, 'WITHSCORES')
 for i = 1, #ready, 2 do
   local consumer, tag = parse_cid(ready[i])
   if string.sub(tag, 1, 1) == '#' then
-    local head = math.abs(tonumber(ready[i + 1]))
+    local head = head_of(tonumber(ready[i + 1]))
     listed[#listed + 1] = { consumer, '#', head - 1, head }
   end
 end

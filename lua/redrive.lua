@@ -37,6 +37,7 @@ else
   drop_row(idx, at, 'f')
   drop_row(idx, at, 'a')
   ready_set(cid, idx, 1)
+  lease_set(cid, false)
 end
 commit()
 return reply('1')

@@ -23,7 +23,9 @@ for i = 1, tonumber(ARGV[4]) do
   else
     local row = row_of(ARGV[o + 1], ARGV[o + 2])
     refs[#refs + 1] = { idx, row }
-    items[#items + 1] = { position = i, idx = idx, row = row, tag = ARGV[o + 2], attempt = tonumber(ARGV[o + 4]) }
+    items[#items + 1] = {
+      position = i, idx = idx, row = row, consumer = ARGV[o + 1], tag = ARGV[o + 2], attempt = tonumber(ARGV[o + 4]),
+    }
   end
 end
 local rows = read_rows(refs, { 'd', 'ce', 'p', 'f', 'ch', 'l' })
@@ -38,6 +40,7 @@ for k, item in ipairs(items) do
   elseif attempt == item.attempt and tonumber(expires_at) > now and
          not row[4] and row[5] == holder and tonumber(row[2] or '0') > now then
     put_row(item.idx, item.row, 'ce', expires_at)
+    lease_set(cid_for(item.consumer, row[6], item.idx), tonumber(expires_at))
     renewed[#renewed + 1] = int(item.position)
   end
 end

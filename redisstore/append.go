@@ -82,7 +82,11 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 		}
 		args = append(args, e.id, e.typ, string(e.payload), cause, e.targets)
 	}
-	reply, err := s.runIndexed(ctx, "append", session, args)
+	script := "append"
+	if plainBatch(events, opts.Consumers) {
+		script = "append_plain"
+	}
+	reply, err := s.runIndexed(ctx, script, session, args)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -132,6 +136,22 @@ func (s *Store) appendResult(ctx context.Context, session string, events []a2red
 		return AppendResult{}, &a2redis.SupersededError{Session: session, Cause: *events[pos-1].Cause}
 	}
 	return AppendResult{}, fmt.Errorf("%w: append replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
+// plainBatch reports a batch without cursor work: no targets, no causes,
+// no served log consumer. The smaller append_plain script serves it.
+func plainBatch(events []a2redis.Event, consumers []a2redis.Consumer) bool {
+	for _, e := range events {
+		if len(e.Targets) > 0 || e.Cause != nil {
+			return false
+		}
+	}
+	for _, c := range consumers {
+		if c.Log != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // prepared is one validated event, as scripts take it.

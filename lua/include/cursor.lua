@@ -198,7 +198,9 @@ end
 local function advance(consumer, kind, idx, row_next, batch, was_live)
   local before = was_live and 1 or 0
   if kind == '#' then
-    ready_set(cid_of(consumer, '#' .. int(idx)), false, -before)
+    local cid = cid_of(consumer, '#' .. int(idx))
+    ready_set(cid, false, -before)
+    lease_set(cid, false)
     return true
   end
   local cid = cid_of(consumer, kind)
@@ -241,6 +243,7 @@ local function advance(consumer, kind, idx, row_next, batch, was_live)
   state.exists = true
   state.dirty = true
   ready_set(cid, next_head, (next_head and 1 or 0) - before)
+  lease_set(cid, false)
   return true
 end
 

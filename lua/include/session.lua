@@ -9,7 +9,7 @@ local COUNTER = KEYS[1]
 local SESSION = string.sub(COUNTER, 1, -6)
 local LOG, CLEAR, LIVE = SESSION .. 'log', SESSION .. 'clear', SESSION .. 'live'
 local READY, CURSORS = SESSION .. 'runnable', SESSION .. 'cursors'
-local PINS, TYPED = SESSION .. 'pins', SESSION .. 'typed'
+local PINS, TYPED, LEASES = SESSION .. 'pins', SESSION .. 'typed', SESSION .. 'leases'
 
 -- Bounds, filled by read_bounds: the session head, the latest clear marker,
 -- the number of live (runnable, not dead-lettered) heads, and the typed-type
@@ -94,9 +94,9 @@ local function read_rows(refs, columns)
       order[#order + 1] = key
     end
     group.positions[#group.positions + 1] = position
-    for _, column in ipairs(columns) do
-      group.names[#group.names + 1] = row_field(ref[1], ref[2], column)
-    end
+    local prefix = int(ref[1]) .. ':' .. ref[2] .. ':'
+    local names = group.names
+    for c = 1, #columns do names[#names + 1] = prefix .. columns[c] end
   end
   local rows = {}
   for _, key in ipairs(order) do
@@ -141,6 +141,7 @@ end
 local strings = {}
 local hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}
 local ready_changes, ready_order = {}, {}
+local lease_changes, lease_order = {}, {}
 
 local function mark(key, value)
   strings[#strings + 1] = key
@@ -184,6 +185,25 @@ local function ready_set(cid, score, delta)
   end
 end
 
+-- Sets when a cursor's hold ends (a claim's expiry or a retry hold), or
+-- false when its head is not held.
+local function lease_set(cid, until_ms)
+  if lease_changes[cid] == nil then lease_order[#lease_order + 1] = cid end
+  lease_changes[cid] = until_ms
+end
+
+-- Holds a cursor's live head at idx until `until_ms`: claims skip it.
+local function hold(cid, idx, until_ms)
+  ready_set(cid, idx + HELD, 0)
+  lease_set(cid, until_ms)
+end
+
+-- The head index a runnable score names, and whether it is held.
+local function head_of(score)
+  if score > HELD then return score - HELD, true end
+  return math.abs(score), false
+end
+
 local function commit()
   if live_dirty then mark(LIVE, int(live)) end
   if typed_dirty then mark(TYPED, cjson.encode(typed)) end
@@ -202,8 +222,21 @@ local function commit()
   end
   sliced('ZADD', READY, adds)
   sliced('ZREM', READY, removes)
+  adds, removes = {}, {}
+  for _, cid in ipairs(lease_order) do
+    local until_ms = lease_changes[cid]
+    if until_ms then
+      adds[#adds + 1] = until_ms
+      adds[#adds + 1] = cid
+    else
+      removes[#removes + 1] = cid
+    end
+  end
+  sliced('ZADD', LEASES, adds)
+  sliced('ZREM', LEASES, removes)
   strings, hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}, {}
   ready_changes, ready_order, live_dirty, typed_dirty = {}, {}, false, false
+  lease_changes, lease_order = {}, {}
 end
 
 -- Releases the snapshot pins a head row holds (a JSON list of refs, each

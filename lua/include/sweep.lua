@@ -66,7 +66,7 @@ local function sweep()
   if not count or tonumber(count) ~= boundary or redis.call('ZCARD', READY) > 0 then
     return
   end
-  local gone = { COUNTER, TYPED, PINS, LIVE, chunk_key(boundary) }
+  local gone = { COUNTER, TYPED, PINS, LIVE, LEASES, chunk_key(boundary) }
   for _, reducer in ipairs(redis.call('SMEMBERS', reducers)) do
     gone[#gone + 1] = SESSION .. 'snap:' .. reducer
     gone[#gone + 1] = SESSION .. 'snap-history:' .. reducer

@@ -6,6 +6,9 @@
 -- keys.HeadChunkSize must match (a test checks).
 local CLEAR_TYPE = 'a2.clear'
 local CHUNK = 1000
+-- HELD is added to a held head's runnable score (keys.HeldOffset), so the
+-- scores 1 … HELD-1 are exactly the heads free to claim.
+local HELD = 1125899906842624
 
 -- Integers as decimal text. tostring() and `..` format numbers with %.14g on
 -- Redis, which turns large integers into exponent notation.

@@ -1,0 +1,132 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// privateServer starts a redis-server of this test's own, so server-wide
+// statistics (INFO commandstats) count only this test's commands.
+func privateServer(tb testing.TB) rueidis.Client {
+	tb.Helper()
+	addr, _ := redistest.Spawn(tb)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	require.NoError(tb, err)
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// commandStats returns INFO commandstats' calls per command (commands run
+// inside scripts included), less the INFO and CONFIG calls themselves.
+func commandStats(ctx context.Context, tb testing.TB, c rueidis.Client) map[string]int64 {
+	tb.Helper()
+	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	require.NoError(tb, err)
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		// EVAL runs once per script: the NOSCRIPT fallback of its first
+		// EVALSHA (and the key-locking probe).
+		if name == "info" || name == "eval" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		for _, field := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[name] = n
+			}
+		}
+	}
+	return out
+}
+
+func resetStats(ctx context.Context, tb testing.TB, c rueidis.Client) {
+	tb.Helper()
+	require.NoError(tb, c.Do(ctx, c.B().ConfigResetstat().Build()).Error())
+}
+
+// perOp divides counts by ops and renders them sorted, with the total.
+func perOp(stats map[string]int64, ops int) (float64, string) {
+	names := make([]string, 0, len(stats))
+	var total int64
+	for name, n := range stats {
+		names = append(names, name)
+		total += n
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = fmt.Sprintf("%s=%.2f", name, float64(stats[name])/float64(ops))
+	}
+	return float64(total) / float64(ops), strings.Join(parts, " ")
+}
+
+// Exact Redis command counts per operation (INFO commandstats, commands run
+// inside scripts included). Not timing: these are stable.
+func TestCommandsPerOperation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	c := privateServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := redisstore.New(ctx, c, redisstore.Config{Prefix: "cmds"})
+	require.NoError(t, err)
+	const ops = 200
+
+	resetStats(ctx, t, c)
+	for range ops {
+		_, err := s.Append(ctx, "untargeted", []a2redis.Event{{Type: "t", Payload: []byte(`{"n":1}`)}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+	}
+	stats := commandStats(ctx, t, c)
+	total, list := perOp(stats, ops)
+	t.Logf("untargeted 1-event append: %.2f commands: %s", total, list)
+	assert.Equal(t, float64(ops), float64(stats["evalsha"]), "one script call per append")
+	assert.LessOrEqual(t, total-float64(stats["publish"])/ops, 4.0, "script call and the commands inside it")
+	assert.Equal(t, int64(ops), stats["publish"], "one wake-up per append")
+
+	// Append + claim + complete through an event cursor, claims amortized
+	// over a batch of 100 heads.
+	resetStats(ctx, t, c)
+	for round := range ops / 100 {
+		batch := make([]a2redis.Event, 100)
+		for i := range batch {
+			batch[i] = a2redis.Event{Type: "t", Payload: []byte(`{"n":1}`), Targets: []a2redis.Target{{Consumer: "c"}}}
+		}
+		for i := range batch {
+			_, err := s.Append(ctx, "cycle", batch[i:i+1], redisstore.AppendOptions{})
+			require.NoError(t, err)
+		}
+		cl, err := s.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: "cycle", Holder: "w", TTL: time.Minute, Limit: 100})
+		require.NoError(t, err)
+		require.Len(t, cl.Heads, 100, "round %d", round)
+		for _, h := range cl.Heads {
+			r, err := s.CompleteAttempt(ctx, redisstore.CompleteRequest{Session: "cycle", Head: h.Ref(), Attempt: h.Attempts})
+			require.NoError(t, err)
+			require.Equal(t, redisstore.Completed, r.Outcome)
+		}
+	}
+	stats = commandStats(ctx, t, c)
+	total, list = perOp(stats, ops)
+	t.Logf("append + claim + complete per event (claims of 100): %.2f commands: %s", total, list)
+	assert.LessOrEqual(t, total, 15.0)
+	assert.LessOrEqual(t, float64(stats["evalsha"])/ops, 2.0+0.01)
+}
