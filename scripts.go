@@ -30,7 +30,8 @@ const (
 type Script struct {
 	// Name is the file name without ".lua", e.g. "append".
 	Name string
-	// Source is the composed source, without a shebang.
+	// Source is the composed source, without a shebang: includes resolved,
+	// and the include functions it never calls dropped (see Shake).
 	Source string
 	// ReadOnly marks scripts that never write (they take Upstash's shared
 	// lock when key-locking is on).
@@ -229,6 +230,9 @@ func (c *composer) compose(file string) (string, bool, error) {
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case trimmed == "--@readonly":
+			if strings.HasPrefix(file, "include/") {
+				return "", false, fmt.Errorf("%s: --@readonly marks scripts, not includes", file)
+			}
 			readOnly = true
 		case strings.HasPrefix(trimmed, "--@include "):
 			name := strings.TrimSpace(strings.TrimPrefix(trimmed, "--@include "))

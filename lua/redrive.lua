@@ -8,6 +8,8 @@
 -- ARGV[3]  action: 'retry' or 'skip'
 -- ARGV[4]  now, epoch milliseconds
 -- ARGV[5]  served consumers: '' for all, else JSON (see cursor.use_served)
+-- ARGV[6]  tag: '#' for the consumer's event cursor, 'L<lane>' for a lane or
+--          log cursor
 --
 -- Replies: { redriven ('1' or '0'), has_pending } |
 --          { 'index', type, after } (index `type` down to `after`, run again)
@@ -19,7 +21,8 @@ if idx <= boundary or idx < 1 or idx > total then return reply('0') end
 local cid, tag = nil, nil
 for _, member in ipairs(redis.call('ZRANGEBYSCORE', READY, -idx, -idx)) do
   local owner, member_tag = parse_cid(member)
-  if owner == consumer then
+  local member_kind = string.sub(member_tag, 1, 1) == '#' and '#' or member_tag
+  if owner == consumer and owns(member_kind, ARGV[6]) then
     cid, tag = member, member_tag
     break
   end

@@ -44,7 +44,9 @@ func commandStats(ctx context.Context, tb testing.TB, c rueidis.Client) map[stri
 		name = strings.TrimPrefix(name, "cmdstat_")
 		// EVAL runs once per script: the NOSCRIPT fallback of its first
 		// EVALSHA (and the key-locking probe).
-		if name == "info" || name == "eval" || strings.HasPrefix(name, "config") {
+		// Connection set-up (HELLO, CLIENT …) is not per-operation work.
+		if name == "info" || name == "eval" || name == "hello" || name == "ping" ||
+			strings.HasPrefix(name, "config") || strings.HasPrefix(name, "client") {
 			continue
 		}
 		for _, field := range strings.Split(rest, ",") {

@@ -526,6 +526,9 @@ type RedriveRequest struct {
 	Session string
 	// Consumer is the consumer whose head it is. Required.
 	Consumer string
+	// Lane is the lane of the head's cursor (a lane or log cursor, as
+	// HeadEvent.Lane reports it); empty for the consumer's event cursor.
+	Lane string
 	// Index is the dead-lettered head's index. Required.
 	Index int64
 	// Action is Retry or Skip.
@@ -543,12 +546,16 @@ type RedriveResult struct {
 	HasPending bool
 }
 
-// Redrive retries or skips a consumer's dead-lettered head.
+// Redrive retries or skips a consumer's dead-lettered head: the head of the
+// cursor Lane names (the event cursor when empty) at Index.
 func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return RedriveResult{}, err
 	}
 	if err := checkName("Consumer", req.Consumer); err != nil {
+		return RedriveResult{}, err
+	}
+	if err := checkLane("Lane", req.Lane); err != nil {
 		return RedriveResult{}, err
 	}
 	if req.Index < 1 {
@@ -561,7 +568,7 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult,
 	if err != nil {
 		return RedriveResult{}, err
 	}
-	reply, err := s.runIndexed(ctx, "redrive", req.Session, []string{req.Consumer, itoa(req.Index), string(req.Action), itoa(s.now()), served})
+	reply, err := s.runIndexed(ctx, "redrive", req.Session, []string{req.Consumer, itoa(req.Index), string(req.Action), itoa(s.now()), served, tagOf(req.Lane)})
 	if err != nil {
 		return RedriveResult{}, err
 	}

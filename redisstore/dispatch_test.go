@@ -258,7 +258,7 @@ func TestFailuresDeadLettersAndRedrive(t *testing.T) {
 		assert.Equal(t, "boom", dead[0].LastError)
 
 		// Retry: runnable again with fresh failures.
-		rd, err := e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Index: 1, Action: redisstore.Retry})
+		rd, err := e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Lane: "x", Index: 1, Action: redisstore.Retry})
 		require.NoError(t, err)
 		assert.Equal(t, redisstore.RedriveResult{Redriven: true, HasPending: true}, rd)
 		h = claim(t, e, redisstore.ClaimRequest{}).Heads[0]
@@ -269,12 +269,12 @@ func TestFailuresDeadLettersAndRedrive(t *testing.T) {
 		assert.Equal(t, redisstore.DeadLettered, f.Outcome)
 
 		// Skip: the lane moves on to its next event.
-		rd, err = e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Index: 1, Action: redisstore.Skip})
+		rd, err = e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Lane: "x", Index: 1, Action: redisstore.Skip})
 		require.NoError(t, err)
 		assert.True(t, rd.Redriven)
 		h = claim(t, e, redisstore.ClaimRequest{}).Heads[0]
 		assert.Equal(t, int64(2), h.Index)
-		rd, err = e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Index: 1, Action: redisstore.Skip})
+		rd, err = e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Lane: "x", Index: 1, Action: redisstore.Skip})
 		require.NoError(t, err)
 		assert.False(t, rd.Redriven, "nothing dead-lettered there any more")
 	})
@@ -416,5 +416,33 @@ func TestClearSupersedesHeads(t *testing.T) {
 		require.Len(t, cursors, 2)
 		assert.Equal(t, int64(2), cursors[0].Position)
 		assert.Equal(t, int64(2), cursors[1].Position)
+	})
+}
+
+func TestRedriveNamesTheCursor(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		appendN(t, e, "s", 1, func(int) a2redis.Event {
+			return a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}, {Consumer: "c", Lane: "x"}}}
+		})
+		for _, h := range claim(t, e, redisstore.ClaimRequest{}).Heads {
+			f, err := e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: h.Ref(), Attempt: h.Attempts, MaxFailures: 1})
+			require.NoError(t, err)
+			require.Equal(t, redisstore.DeadLettered, f.Outcome)
+		}
+		dead, err := e.store.DeadLetters(e.ctx, "s")
+		require.NoError(t, err)
+		require.Len(t, dead, 2)
+		r, err := e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Lane: "x", Index: 1, Action: redisstore.Skip})
+		require.NoError(t, err)
+		assert.True(t, r.Redriven)
+		dead, err = e.store.DeadLetters(e.ctx, "s")
+		require.NoError(t, err)
+		require.Len(t, dead, 1)
+		assert.Equal(t, a2redis.EventCursor, dead[0].Kind, "the lane head was skipped, the event cursor's stays")
+		r, err = e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Index: 1, Action: redisstore.Retry})
+		require.NoError(t, err)
+		assert.True(t, r.Redriven)
+		c := claim(t, e, redisstore.ClaimRequest{})
+		assert.Equal(t, []string{"c/@1"}, refs(c.Heads))
 	})
 }
