@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -264,15 +263,19 @@ func (s *Store) runIndexed(ctx context.Context, name, session string, args []str
 	}
 }
 
-// publish sends a wake-up after a committed write, waiting at most
-// PublishWait; its failure never fails the write.
+// publish sends a wake-up after a committed write.
 func (s *Store) publish(ctx context.Context, session string, message []byte) {
+	s.publishOn(ctx, s.keys(session).NotifyChannel(), message)
+}
+
+// publishOn publishes after a committed write, waiting at most PublishWait;
+// its failure never fails the write.
+func (s *Store) publishOn(ctx context.Context, channel string, message []byte) {
 	if s.cfg.PublishWait < 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PublishWait)
 	defer cancel()
-	channel := s.keys(session).NotifyChannel()
 	c := s.client
 	if s.cfg.ShardedPubSub {
 		_ = c.Do(ctx, c.B().Spublish().Channel(channel).Message(rueidis.BinaryString(message)).Build()).Error()
@@ -293,10 +296,4 @@ func checkSession(session string) error {
 		return errEmptySession
 	}
 	return nil
-}
-
-// IsNotConnected reports whether err means Redis could not be reached.
-func IsNotConnected(err error) bool {
-	_, isRedis := rueidis.IsRedisErr(err)
-	return err != nil && !isRedis && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }

@@ -12,7 +12,10 @@ local function sweep()
   for _, reducer in ipairs(redis.call('SMEMBERS', reducers)) do
     local head_key = SESSION .. 'snap:' .. reducer
     local head = redis.call('GET', head_key)
-    if head and tonumber(cjson.decode(head)['index']) < boundary then
+    -- Snapshots store their index first: read it by pattern (cjson refuses
+    -- states nested deeper than 1000 levels).
+    local index = head and tonumber(string.match(head, '^{"index":(%d+),') or '')
+    if head and (not index or index < boundary) then
       redis.call('DEL', head_key)
     end
     redis.call('ZREMRANGEBYSCORE', SESSION .. 'snap-history:' .. reducer, '-inf', '(' .. int(boundary))

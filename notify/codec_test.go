@@ -1,0 +1,78 @@
+package notify_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis/notify"
+)
+
+func TestCodecRoundTrip(t *testing.T) {
+	entries := []notify.Entry{
+		{Index: 7, ID: "a", Type: "order.created", Payload: json.RawMessage(`{"b": 1.50, "a":[1, 2e3, -0], "s":"\u00e9\"x"}`)},
+		{Index: 8, ID: `q"uote\ and ünïcode 🚀`, Type: "t", Payload: json.RawMessage(`"str"`)},
+		{Index: 9, ID: "n", Type: "t", Payload: json.RawMessage(`null`)},
+		{Index: 10, ID: "big", Type: "t", Payload: json.RawMessage(`12345678901234567890123`)},
+	}
+	raw := notify.Encode(10, 1_800_000_000_123, entries)
+	m, err := notify.Decode(raw)
+	require.NoError(t, err)
+	assert.Equal(t, notify.Message{Frontier: 10, CreatedAt: 1_800_000_000_123, Entries: entries}, m)
+	for i, e := range m.Entries {
+		assert.Equal(t, string(entries[i].Payload), string(e.Payload), "payload %d kept verbatim", i)
+	}
+}
+
+func TestCodecNilPayloadIsNull(t *testing.T) {
+	m, err := notify.Decode(notify.Encode(1, 5, []notify.Entry{{Index: 1, ID: "a", Type: "t"}}))
+	require.NoError(t, err)
+	require.Len(t, m.Entries, 1)
+	assert.Equal(t, "null", string(m.Entries[0].Payload))
+}
+
+func TestCodecFallsBackToBare(t *testing.T) {
+	bare := notify.Message{Frontier: 42, Bare: true}
+	big := json.RawMessage(`"` + strings.Repeat("x", notify.MaxCarried) + `"`)
+	half := json.RawMessage(`"` + strings.Repeat("y", notify.MaxCarried/2) + `"`)
+	cases := map[string][]notify.Entry{
+		"one big payload":      {{Index: 42, ID: "a", Type: "t", Payload: big}},
+		"a batch over 32 KiB":  {{Index: 41, ID: "a", Type: "t", Payload: half}, {Index: 42, ID: "b", Type: "t", Payload: half}},
+		"invalid UTF-8 id":     {{Index: 42, ID: "a\xff", Type: "t"}},
+		"invalid UTF-8 type":   {{Index: 42, ID: "a", Type: "\xc3("}},
+		"no entries announced": nil,
+	}
+	for name, entries := range cases {
+		raw := notify.Encode(42, 9, entries)
+		assert.LessOrEqual(t, len(raw), notify.MaxCarried, name)
+		m, err := notify.Decode(raw)
+		require.NoError(t, err, name)
+		assert.Equal(t, bare, m, name)
+	}
+	m, err := notify.Decode(notify.EncodeBare(42))
+	require.NoError(t, err)
+	assert.Equal(t, bare, m)
+
+	// Just under the limit still carries.
+	fits := json.RawMessage(`"` + strings.Repeat("z", notify.MaxCarried-100) + `"`)
+	raw := notify.Encode(1, 1, []notify.Entry{{Index: 1, ID: "a", Type: "t", Payload: fits}})
+	require.LessOrEqual(t, len(raw), notify.MaxCarried)
+	m, err = notify.Decode(raw)
+	require.NoError(t, err)
+	assert.False(t, m.Bare)
+	assert.Equal(t, string(fits), string(m.Entries[0].Payload))
+}
+
+func TestDecodeRejectsMalformed(t *testing.T) {
+	for _, raw := range []string{
+		``, `nope`, `[]`, `{}`, `{"e":[]}`, `{"f":"1"}`,
+		`{"f":1,"e":[[1,"a","t"]]}`, `{"f":1,"e":[["1","a","t",null]]}`,
+		`{"f":1,"e":[[1,2,"t",null]]}`, `{"f":1,"e":[[1,"a",3,null]]}`, `{"f":1,"e":[1]}`,
+	} {
+		_, err := notify.Decode([]byte(raw))
+		assert.ErrorIs(t, err, notify.ErrMalformed, raw)
+	}
+}
