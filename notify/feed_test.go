@@ -44,7 +44,7 @@ func (c *countingSource) ReadPages(ctx context.Context, session string, after, t
 	return c.Store.ReadPages(ctx, session, after, through, fn)
 }
 
-func newEnv(t *testing.T, client rueidis.Client, sharded bool) *env {
+func newEnv(t testing.TB, client rueidis.Client, sharded bool) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
