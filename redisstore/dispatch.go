@@ -360,7 +360,13 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 	for _, e := range batch {
 		args = append(args, e.id, e.typ, string(e.payload), e.targets)
 	}
-	reply, err := s.runIndexed(ctx, "complete", req.Session, args)
+	var reply []rueidis.RedisMessage
+	if req.Head.Lane == "" && len(batch) == 0 {
+		// An event cursor completing with nothing to append: the lean script.
+		reply, err = s.run(ctx, "complete_event", req.Session, []string{itoa(now), cause.Consumer, itoa(cause.Index), itoa(cause.Attempt)})
+	} else {
+		reply, err = s.runIndexed(ctx, "complete", req.Session, args)
+	}
 	if err != nil {
 		return CompleteResult{}, err
 	}

@@ -17,7 +17,8 @@
 -- Served consumers: all of them, or a set of names and the log specs of
 -- those that declare a log.
 local served_all, served_set, served_logs = true, {}, {}
--- Set when this script gave a served consumer a live head.
+-- Set when this script gave a served consumer a live head (an event queued
+-- behind a lane's head, which may be dead-lettered, does not count).
 local pending_fast = false
 
 -- A log's types: '*' (or nothing) for every type but the clear marker,
@@ -301,9 +302,9 @@ local function enqueue(batch)
   for _, event in ipairs(batch) do
     for _, target in ipairs(event.targets) do
       local consumer, tag = target[1], target[2]
-      if served_has(consumer) then pending_fast = true end
       if tag == '#' then
         ready_set(cid_of(consumer, '#' .. int(event.idx)), event.idx, 1)
+        if served_has(consumer) then pending_fast = true end
       else
         local cid = cid_of(consumer, tag)
         local state = states[cid]
@@ -313,6 +314,7 @@ local function enqueue(batch)
           state.h = event.idx
           if state.p < boundary then state.p = boundary end
           ready_set(cid, event.idx, 1)
+          if served_has(consumer) then pending_fast = true end
         end
         state.t = event.idx
         state.exists = true

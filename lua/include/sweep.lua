@@ -4,7 +4,8 @@
 -- rows, type-index entries, and idle lane cursors; log cursors are moved to
 -- the marker. A lifetime that ended empty then collapses to its marker: the
 -- counter (reads fall back to the clear key), the typed registry, the type
--- indexes, snapshots, pins, the marker's id key and its head chunk go; the
+-- indexes, pins, the marker's id key and its head chunk go (snapshots taken
+-- at the marker belong to the new lifetime and stay); the
 -- log keeps the marker so readers resuming before it still find it.
 
 local function sweep()
@@ -17,8 +18,14 @@ local function sweep()
     local index = head and tonumber(string.match(head, '^{"index":(%d+),') or '')
     if head and (not index or index < boundary) then
       redis.call('DEL', head_key)
+      head = false
     end
-    redis.call('ZREMRANGEBYSCORE', SESSION .. 'snap-history:' .. reducer, '-inf', '(' .. int(boundary))
+    local history = SESSION .. 'snap-history:' .. reducer
+    redis.call('ZREMRANGEBYSCORE', history, '-inf', '(' .. int(boundary))
+    -- A reducer with nothing left of the new lifetime leaves the registry.
+    if not head and redis.call('EXISTS', history) == 0 then
+      redis.call('SREM', reducers, reducer)
+    end
   end
   local counts = redis.call('HGETALL', PINS)
   local stale = {}
@@ -69,12 +76,8 @@ local function sweep()
   if not count or tonumber(count) ~= boundary or redis.call('ZCARD', READY) > 0 then
     return
   end
+  -- Snapshots taken at the marker belong to the new lifetime and stay.
   local gone = { COUNTER, TYPED, PINS, LIVE, LEASES, chunk_key(boundary) }
-  for _, reducer in ipairs(redis.call('SMEMBERS', reducers)) do
-    gone[#gone + 1] = SESSION .. 'snap:' .. reducer
-    gone[#gone + 1] = SESSION .. 'snap-history:' .. reducer
-  end
-  gone[#gone + 1] = reducers
   for name in pairs(typed) do gone[#gone + 1] = type_key(name) end
   local marker = redis.call('XRANGE', LOG, int(boundary) .. '-0', int(boundary) .. '-0')[1]
   if marker then

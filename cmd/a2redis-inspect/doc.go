@@ -1,0 +1,119 @@
+// Command a2redis-inspect is the operator CLI of a2redis: it looks into the
+// per-session event logs, cursors, dead letters and presence a2redis keeps in
+// Redis (Redis 7+, Valkey, Upstash, Redis Cluster). It is fast (everything is
+// streamed page by page), safe (every command but redrive only reads, and
+// redrive asks first) and scriptable (--json, exit codes).
+//
+// # Usage
+//
+//	a2redis-inspect [global flags] COMMAND [flags] [ARGS]
+//
+// Flags may come before or after the command and its arguments; after a
+// bare "--" everything is an argument (for a session id starting with '-').
+// "a2redis-inspect help" (or -h) lists the commands; "a2redis-inspect help
+// COMMAND" (or COMMAND -h) shows one command's flags, columns and JSON
+// fields.
+//
+// # Commands
+//
+//	info                            layout of the prefix, key-locking support, server kinds and versions, cluster or not
+//	sessions                        sessions under the prefix with head, clear marker, runnable and dead heads
+//	log SESSION                     a session's events in index order
+//	tail SESSION                    the newest events; -f follows new ones live until Ctrl-C
+//	cursors SESSION                 every consumer's cursor: position, head, LAG, STATE, claim, failures
+//	dead SESSION                    dead-lettered heads with their last error
+//	redrive SESSION CONSUMER INDEX  --retry or --skip a dead-lettered head (the only command that writes)
+//	presence SESSION                live presence fields
+//
+// Command flags:
+//
+//	sessions  --limit N, --match GLOB (Redis glob on the whole session id)
+//	log       --after N, --through N, --limit N, --type T (repeatable), --raw
+//	tail      -n N (default 20), -f, --raw, --sharded (follow with SSUBSCRIBE)
+//	redrive   --retry | --skip, --yes/-y (no confirmation), --lane L (which
+//	          cursor, when the consumer has several dead at INDEX; '' is its
+//	          event cursor)
+//
+// # Connection
+//
+//	--url URL      redis://[user:password@]host:port[/db], or rediss://… for
+//	               TLS; ?skip_verify=true skips certificate verification. A
+//	               bare host:port means redis://host:port. Repeat --url (or
+//	               give a comma-separated list) to name the seeds of a Redis
+//	               Cluster; a single URL also finds a cluster by itself.
+//	               Default: $A2REDIS_URL, else redis://127.0.0.1:6379.
+//	--prefix P     the store's key prefix. Default: $A2REDIS_PREFIX, else a2.
+//	--timeout D    bound on every Redis call (connecting included), default
+//	               10s. Long listings make many calls, each bounded alone.
+//	--json         one JSON document instead of a table.
+//
+// A wrong password, an unreachable server, a TLS mismatch, a prefix holding
+// another key layout, a prefix with no data and an unknown session each end
+// with one actionable line on stderr and exit code 1. Session commands read
+// the prefix's layout with a GET of <prefix>:schema first and never create
+// it: the tool writes nothing unless asked to redrive.
+//
+// # Output
+//
+// Tables are aligned for people; caller data in cells is escaped Go-style
+// (\n, \x1b …) so it can neither break a row nor drive the terminal, and an
+// empty cell prints as "-". Hints (what to run next) go to stderr, never in
+// JSON mode. Times are RFC 3339 in UTC with milliseconds
+// (2026-01-02T15:04:05.000Z).
+//
+// With --json every command prints exactly one JSON document on stdout,
+// except tail -f, which prints JSON Lines (one event object per line) since
+// it never ends. Field names are snake_case and stable; every field is
+// always present; times are RFC 3339 UTC strings, or null when unset; a lane
+// is "" for an event cursor; payloads and presence values are embedded as
+// JSON.
+//
+//	info      {"prefix", "layout" (null: no data), "layout_supported",
+//	           "key_locking" ("yes", "no", "unknown"), "key_locking_detail",
+//	           "mode" ("standalone", "cluster"),
+//	           "nodes": [{"addr", "server", "version", "role", "error"}]}
+//	sessions  {"prefix", "sessions": [{"session", "head", "clear_index",
+//	           "runnable", "dead_lettered"}], "count", "limited"}
+//	log, tail {"session", "head", "clear_index", "events": [{"index", "id",
+//	           "type", "created_at", "cause" (null or {"consumer", "lane",
+//	           "index", "attempt"}), "payload"}]}
+//	cursors   {"session", "head", "clear_index", "cursors": [{"consumer",
+//	           "kind" ("event", "lane", "log"), "lane", "position", "head"
+//	           (0: none), "lag", "state", "attempts", "failures", "holder",
+//	           "first_claimed_at", "last_claimed_at", "claim_expires_at",
+//	           "last_failed_at", "last_error", "dead_lettered",
+//	           "dead_lettered_at"}]}
+//	dead      {"session", "dead_letters": [{"consumer", "kind", "lane",
+//	           "index", "event_id", "type", "created_at", "attempts",
+//	           "failures", "holder", "last_failed_at", "last_error",
+//	           "dead_lettered_at", "payload"}]}
+//	redrive   {"session", "consumer", "lane", "index", "action" ("retry",
+//	           "skip"), "redriven", "has_pending"}
+//	presence  {"session", "presence": [{"participant", "field", "value",
+//	           "seen", "at", "expires_at"}]}
+//
+// A cursor's state is one of idle (no head: caught up), ready (waiting for a
+// worker), claimed (a worker holds an unexpired claim), lapsed (the claim
+// expired unreported; the next claim takes it over and counts a failure),
+// retry-wait (a failure holds it back until claim_expires_at) and dead
+// (dead-lettered: stuck until redriven). lag is the session head minus the
+// cursor's position.
+//
+// # Exit codes
+//
+//	0  ok (tail -f ended with Ctrl-C included)
+//	1  error: Redis unreachable or timed out, wrong password, TLS problem,
+//	   no a2redis data under the prefix, another key layout, unknown session,
+//	   nothing to redrive, redrive declined, interrupted
+//	2  usage: unknown command or flag, wrong number of arguments, bad value
+//
+// # Examples
+//
+//	a2redis-inspect --url rediss://:secret@redis.internal:6380 info
+//	a2redis-inspect sessions --match 'order-*' --limit 50
+//	a2redis-inspect cursors order-42
+//	a2redis-inspect dead order-42 --json | jq -r '.dead_letters[].last_error'
+//	a2redis-inspect log order-42 --after 1000 --type payment.failed --raw
+//	a2redis-inspect tail -f order-42
+//	a2redis-inspect redrive order-42 mailer 17 --retry
+package main

@@ -1,0 +1,230 @@
+package inspect
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/a2redis/a2redis"
+)
+
+// errorWidth is how many characters of an error text a table shows.
+const errorWidth = 80
+
+// The states of a cursor in the cursors table.
+const (
+	stateIdle      = "idle"       // no head: caught up
+	stateReady     = "ready"      // a head nobody holds: waiting for a worker
+	stateClaimed   = "claimed"    // a worker holds an unexpired claim
+	stateLapsed    = "lapsed"     // the claim expired: the next claim takes it over (counts a failure)
+	stateRetryWait = "retry-wait" // a failure holds it back until CLAIM_EXPIRES
+	stateDead      = "dead"       // dead-lettered: the cursor stops here until a redrive
+)
+
+func cursorsCommand() command {
+	return command{
+		name:    "cursors",
+		args:    []string{"SESSION"},
+		summary: "show every consumer's cursor, its head, claim, failures and LAG",
+		details: `The "is my consumer stuck?" view. One row per lane and log cursor and per
+event cursor with a head.
+Columns: CONSUMER, KIND (event, lane, log), LANE, POSITION (last index the
+cursor moved past), HEAD (index it must handle next, "-" if none), LAG
+(session head - position: how far behind it is, counting every later
+event), STATE, ATTEMPTS, FAILURES, HOLDER, CLAIM_EXPIRES (claim expiry, or
+the end of a retry hold), DEAD_LETTERED (when), LAST_ERROR (cut at 80
+characters).
+STATE: idle (no head: caught up), ready (waiting for a worker), claimed (a
+worker holds it), lapsed (the claim expired unreported: the next claim
+takes it over), retry-wait (failed, held back until CLAIM_EXPIRES), dead
+(dead-lettered: stuck until 'redrive').
+JSON: {"session","head","clear_index","cursors":[{"consumer","kind","lane",
+"position","head","lag","state","attempts","failures","holder",
+"first_claimed_at","last_claimed_at","claim_expires_at","last_failed_at",
+"last_error","dead_lettered","dead_lettered_at"}]}; head is 0 when none.`,
+		need: needSession,
+		setup: func(fs *flag.FlagSet) runner {
+			return runner{run: func(ctx context.Context, a *app, args []string) error { return a.cursors(ctx, args[0]) }}
+		},
+	}
+}
+
+// cursorJSON is one cursor in JSON output.
+type cursorJSON struct {
+	Consumer       string   `json:"consumer"`
+	Kind           string   `json:"kind"`
+	Lane           string   `json:"lane"`
+	Position       int64    `json:"position"`
+	Head           int64    `json:"head"`
+	Lag            int64    `json:"lag"`
+	State          string   `json:"state"`
+	Attempts       int64    `json:"attempts"`
+	Failures       int64    `json:"failures"`
+	Holder         string   `json:"holder"`
+	FirstClaimedAt jsonTime `json:"first_claimed_at"`
+	LastClaimedAt  jsonTime `json:"last_claimed_at"`
+	ClaimExpiresAt jsonTime `json:"claim_expires_at"`
+	LastFailedAt   jsonTime `json:"last_failed_at"`
+	LastError      string   `json:"last_error"`
+	DeadLettered   bool     `json:"dead_lettered"`
+	DeadLetteredAt jsonTime `json:"dead_lettered_at"`
+}
+
+type cursorsJSON struct {
+	Session    string       `json:"session"`
+	Head       int64        `json:"head"`
+	ClearIndex int64        `json:"clear_index"`
+	Cursors    []cursorJSON `json:"cursors"`
+}
+
+// cursorState judges a cursor at now.
+func cursorState(c a2redis.Cursor, now time.Time) string {
+	switch {
+	case c.Head == 0:
+		return stateIdle
+	case c.DeadLettered():
+		return stateDead
+	case c.Holder != "" && c.ClaimExpiresAt.After(now):
+		return stateClaimed
+	case c.Holder != "":
+		return stateLapsed
+	case c.ClaimExpiresAt.After(now):
+		return stateRetryWait
+	}
+	return stateReady
+}
+
+func (a *app) cursors(ctx context.Context, session string) error {
+	b, err := a.bounds(ctx, session)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := a.call(ctx)
+	cursors, err := a.store.Cursors(cctx, session)
+	cancel()
+	if err != nil {
+		return err
+	}
+	now := a.env.Now()
+	out := cursorsJSON{Session: session, Head: b.Head, ClearIndex: b.ClearIndex, Cursors: make([]cursorJSON, 0, len(cursors))}
+	for _, c := range cursors {
+		out.Cursors = append(out.Cursors, cursorJSON{
+			Consumer: c.Consumer, Kind: string(c.Kind), Lane: c.Lane,
+			Position: c.Position, Head: c.Head, Lag: max(b.Head-c.Position, 0), State: cursorState(c, now),
+			Attempts: c.Attempts, Failures: c.Failures, Holder: c.Holder,
+			FirstClaimedAt: jsonTime(c.FirstClaimedAt), LastClaimedAt: jsonTime(c.LastClaimedAt),
+			ClaimExpiresAt: jsonTime(c.ClaimExpiresAt), LastFailedAt: jsonTime(c.LastFailedAt),
+			LastError: c.LastError, DeadLettered: c.DeadLettered(), DeadLetteredAt: jsonTime(c.DeadLetteredAt),
+		})
+	}
+	if a.opts.json {
+		return writeJSON(a.out, out)
+	}
+	t := newTable(a.out, fmt.Sprintf("no cursors in session %q (head %d)", session, b.Head),
+		"CONSUMER", "KIND", "LANE", "POSITION", "HEAD", "LAG", "STATE", "ATTEMPTS", "FAILURES", "HOLDER", "CLAIM_EXPIRES", "DEAD_LETTERED", "LAST_ERROR")
+	dead := 0
+	for _, c := range out.Cursors {
+		head := "-"
+		if c.Head > 0 {
+			head = itoa(c.Head)
+		}
+		if c.DeadLettered {
+			dead++
+		}
+		t.row(c.Consumer, c.Kind, c.Lane, itoa(c.Position), head, itoa(c.Lag), c.State, itoa(c.Attempts), itoa(c.Failures),
+			c.Holder, formatTime(time.Time(c.ClaimExpiresAt)), formatTime(time.Time(c.DeadLetteredAt)), truncate(c.LastError, errorWidth))
+	}
+	if err := t.close(); err != nil {
+		return err
+	}
+	if dead > 0 {
+		a.hint("%s dead-lettered: see '%s dead %s'", plural(dead, "head is", "heads are"), name, shellQuote(session))
+	}
+	return nil
+}
+
+func deadCommand() command {
+	return command{
+		name:    "dead",
+		args:    []string{"SESSION"},
+		summary: "list a session's dead-lettered heads with their last error",
+		details: `Columns: CONSUMER, KIND, LANE, INDEX, TYPE (of the event), ATTEMPTS,
+FAILURES, DEAD_LETTERED (when), LAST_ERROR (full text).
+Act on one with 'redrive SESSION CONSUMER INDEX --retry|--skip'.
+JSON: {"session","dead_letters":[{"consumer","kind","lane","index",
+"event_id","type","created_at","attempts","failures","holder",
+"last_failed_at","last_error","dead_lettered_at","payload"}]}.`,
+		need: needSession,
+		setup: func(fs *flag.FlagSet) runner {
+			return runner{run: func(ctx context.Context, a *app, args []string) error { return a.dead(ctx, args[0]) }}
+		},
+	}
+}
+
+// deadJSON is one dead-lettered head in JSON output.
+type deadJSON struct {
+	Consumer       string          `json:"consumer"`
+	Kind           string          `json:"kind"`
+	Lane           string          `json:"lane"`
+	Index          int64           `json:"index"`
+	EventID        string          `json:"event_id"`
+	Type           string          `json:"type"`
+	CreatedAt      jsonTime        `json:"created_at"`
+	Attempts       int64           `json:"attempts"`
+	Failures       int64           `json:"failures"`
+	Holder         string          `json:"holder"`
+	LastFailedAt   jsonTime        `json:"last_failed_at"`
+	LastError      string          `json:"last_error"`
+	DeadLetteredAt jsonTime        `json:"dead_lettered_at"`
+	Payload        json.RawMessage `json:"payload"`
+}
+
+type deadListJSON struct {
+	Session     string     `json:"session"`
+	DeadLetters []deadJSON `json:"dead_letters"`
+}
+
+func toDeadJSON(h a2redis.HeadEvent) deadJSON {
+	return deadJSON{
+		Consumer: h.Consumer, Kind: string(h.Kind), Lane: h.Lane, Index: h.Index,
+		EventID: h.ID, Type: h.Type, CreatedAt: jsonTime(h.CreatedAt),
+		Attempts: h.Attempts, Failures: h.Failures, Holder: h.Holder,
+		LastFailedAt: jsonTime(h.LastFailedAt), LastError: h.LastError,
+		DeadLetteredAt: jsonTime(h.DeadLetteredAt), Payload: rawJSON(h.Payload),
+	}
+}
+
+func (a *app) deadLetters(ctx context.Context, session string) ([]a2redis.HeadEvent, error) {
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	return a.store.DeadLetters(cctx, session)
+}
+
+func (a *app) dead(ctx context.Context, session string) error {
+	heads, err := a.deadLetters(ctx, session)
+	if err != nil {
+		return err
+	}
+	if a.opts.json {
+		out := deadListJSON{Session: session, DeadLetters: make([]deadJSON, 0, len(heads))}
+		for _, h := range heads {
+			out.DeadLetters = append(out.DeadLetters, toDeadJSON(h))
+		}
+		return writeJSON(a.out, out)
+	}
+	t := newTable(a.out, fmt.Sprintf("no dead-lettered heads in session %q", session),
+		"CONSUMER", "KIND", "LANE", "INDEX", "TYPE", "ATTEMPTS", "FAILURES", "DEAD_LETTERED", "LAST_ERROR")
+	for _, h := range heads {
+		t.row(h.Consumer, string(h.Kind), h.Lane, itoa(h.Index), h.Type, itoa(h.Attempts), itoa(h.Failures), formatTime(h.DeadLetteredAt), h.LastError)
+	}
+	if err := t.close(); err != nil {
+		return err
+	}
+	if len(heads) > 0 {
+		h := heads[0]
+		a.hint("redrive one with: %s redrive %s %s %d --retry   (or --skip to move past it)", name, shellQuote(session), shellQuote(h.Consumer), h.Index)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package inspect
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+func redriveCommand() command {
+	return command{
+		name:    "redrive",
+		args:    []string{"SESSION", "CONSUMER", "INDEX"},
+		summary: "retry or skip a dead-lettered head (the only command that writes)",
+		details: `Acts on the consumer's dead-lettered head at INDEX through the store's
+Redrive: --retry clears its failures and makes it runnable again, --skip
+moves the cursor past it. When the consumer has dead-lettered heads at
+INDEX on several cursors, --lane picks one (--lane '' is its event
+cursor). It first shows the head and asks for
+confirmation on the terminal ("[y/N]"; anything but y or yes declines and
+exits 1) unless --yes is given. A head that is not dead-lettered exits 1
+without asking.
+JSON: {"session","consumer","lane","index","action","redriven",
+"has_pending"}.`,
+		need: needSession,
+		setup: func(fs *flag.FlagSet) runner {
+			var o redriveOptions
+			fs.BoolVar(&o.retry, "retry", false, "clear the head's failures and make it runnable again")
+			fs.BoolVar(&o.skip, "skip", false, "move the cursor past the head")
+			fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
+			fs.BoolVar(&o.yes, "y", false, "short for --yes")
+			fs.Var(&o.lane, "lane", "the `LANE` of the cursor whose head it is, when the consumer has several ('' for its event cursor)")
+			return runner{
+				check: func(args []string) error {
+					if o.retry == o.skip {
+						return errors.New("redrive needs exactly one of --retry and --skip")
+					}
+					if index, err := strconv.ParseInt(args[2], 10, 64); err != nil || index < 1 {
+						return fmt.Errorf("INDEX %q is not a positive event index", args[2])
+					}
+					return nil
+				},
+				run: func(ctx context.Context, a *app, args []string) error {
+					index, _ := strconv.ParseInt(args[2], 10, 64)
+					action := redisstore.Retry
+					if o.skip {
+						action = redisstore.Skip
+					}
+					return a.redrive(ctx, args[0], args[1], index, action, o)
+				},
+			}
+		},
+	}
+}
+
+type redriveOptions struct {
+	retry, skip, yes bool
+	lane             optionalString
+}
+
+// optionalString is a string flag that knows whether it was given.
+type optionalString struct {
+	value string
+	set   bool
+}
+
+// String implements flag.Value.
+func (o *optionalString) String() string { return o.value }
+
+// Set implements flag.Value.
+func (o *optionalString) Set(v string) error {
+	o.value, o.set = v, true
+	return nil
+}
+
+type redriveJSON struct {
+	Session    string `json:"session"`
+	Consumer   string `json:"consumer"`
+	Lane       string `json:"lane"`
+	Index      int64  `json:"index"`
+	Action     string `json:"action"`
+	Redriven   bool   `json:"redriven"`
+	HasPending bool   `json:"has_pending"`
+}
+
+// errDeclined: the operator did not confirm.
+var errDeclined = errors.New("not redriven: not confirmed (answer y, or pass --yes)")
+
+func (a *app) redrive(ctx context.Context, session, consumer string, index int64, action redisstore.RedriveAction, o redriveOptions) error {
+	heads, err := a.deadLetters(ctx, session)
+	if err != nil {
+		return err
+	}
+	var match []a2redis.HeadEvent
+	for _, h := range heads {
+		if h.Consumer == consumer && h.Index == index && (!o.lane.set || h.Lane == o.lane.value) {
+			match = append(match, h)
+		}
+	}
+	switch {
+	case len(match) == 0:
+		on := ""
+		if o.lane.set {
+			on = " on lane " + strconv.Quote(o.lane.value)
+		}
+		return fmt.Errorf("consumer %s has no dead-lettered head at index %d%s in session %s: list them with '%s dead %s'",
+			strconv.Quote(consumer), index, on, strconv.Quote(session), name, shellQuote(session))
+	case len(match) > 1:
+		lanes := make([]string, len(match))
+		for i, h := range match {
+			lanes[i] = strconv.Quote(h.Lane)
+		}
+		sort.Strings(lanes)
+		return usagef("consumer %s has dead-lettered heads at index %d on %d cursors: pick one with --lane (one of %s; \"\" is the event cursor)",
+			strconv.Quote(consumer), index, len(match), strings.Join(lanes, ", "))
+	}
+	head := match[0]
+	if !o.yes {
+		ok, err := a.confirm(ctx, fmt.Sprintf("Redrive (%s) %s in session %s?", action, describeHead(head), strconv.Quote(session)))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errDeclined
+		}
+	}
+	cctx, cancel := a.call(ctx)
+	res, err := a.store.Redrive(cctx, redisstore.RedriveRequest{Session: session, Consumer: consumer, Lane: head.Lane, Index: index, Action: action})
+	cancel()
+	if err != nil {
+		return err
+	}
+	if a.opts.json {
+		if err := writeJSON(a.out, redriveJSON{Session: session, Consumer: consumer, Lane: head.Lane, Index: index, Action: string(action), Redriven: res.Redriven, HasPending: res.HasPending}); err != nil {
+			return err
+		}
+	}
+	if !res.Redriven {
+		return fmt.Errorf("nothing redriven: the head of consumer %s at index %d is no longer dead-lettered (someone else acted on it?)", strconv.Quote(consumer), index)
+	}
+	if !a.opts.json {
+		verb := "made runnable again"
+		if action == redisstore.Skip {
+			verb = "skipped"
+		}
+		fmt.Fprintf(a.out, "redriven: %s %s\n", describeHead(head), verb)
+	}
+	return nil
+}
+
+func describeHead(h a2redis.HeadEvent) string {
+	where := fmt.Sprintf("consumer %s", strconv.Quote(h.Consumer))
+	if h.Lane != "" {
+		where += fmt.Sprintf(" lane %s", strconv.Quote(h.Lane))
+	}
+	return fmt.Sprintf("the dead-lettered %s head of %s at index %d (type %s, %s, last error %s)",
+		h.Kind, where, h.Index, strconv.Quote(h.Type), plural(int(h.Failures), "failure", "failures"), strconv.Quote(truncate(h.LastError, errorWidth)))
+}
+
+// confirm asks question on stderr and reads the answer from stdin; only "y"
+// or "yes" (any case) is yes. Ctrl-C while waiting interrupts.
+func (a *app) confirm(ctx context.Context, question string) (bool, error) {
+	fmt.Fprintf(a.env.Stderr, "%s [y/N] ", cell(question))
+	answer := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(a.env.Stdin).ReadString('\n')
+		answer <- line
+	}()
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(a.env.Stderr)
+		return false, errInterrupted
+	case line := <-answer:
+		if !isTerminal(a.env.Stdin) {
+			// Nothing echoed the answer: show it, and end the prompt's line.
+			fmt.Fprintln(a.env.Stderr, cell(strings.TrimSpace(line)))
+		}
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			return true, nil
+		}
+		return false, nil
+	}
+}
+
+// isTerminal reports whether r is a terminal (which echoes what is typed).
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,378 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis/keys"
+)
+
+// scanCount is the COUNT hint of one SCAN call.
+const scanCount = 1000
+
+func sessionsCommand() command {
+	return command{
+		name:    "sessions",
+		summary: "list the sessions under the prefix with head, clear marker, runnable and dead heads",
+		details: `Scans every node (every master of a cluster) with SCAN, never KEYS, and
+prints the sessions page by page as they are found, in no particular order
+(pipe the output to sort if you need one). A session exists while its log
+key exists.
+Columns: SESSION, HEAD (index of the newest event), CLEAR (latest clear
+marker, 0 if none), RUNNABLE (live heads: runnable or claimed) and DEAD
+(dead-lettered heads; see 'dead SESSION').
+--match takes a Redis glob (* ? [abc] [^a] [a-z] \x) matched against the
+whole session id.
+JSON: {"prefix","sessions":[{"session","head","clear_index","runnable",
+"dead_lettered"}],"count","limited"}; limited is true when --limit stopped
+the scan (more sessions may exist).`,
+		need: needData,
+		setup: func(fs *flag.FlagSet) runner {
+			var o sessionsOptions
+			fs.IntVar(&o.limit, "limit", 0, "list at most `N` sessions (0: all)")
+			fs.StringVar(&o.match, "match", "", "list only sessions whose id matches `GLOB`")
+			return runner{
+				check: func([]string) error {
+					if o.limit < 0 {
+						return errors.New("--limit must not be negative")
+					}
+					if err := checkGlob(o.match); err != nil {
+						return fmt.Errorf("--match %q: %v", o.match, err)
+					}
+					return nil
+				},
+				run: func(ctx context.Context, a *app, _ []string) error { return a.sessions(ctx, o) },
+			}
+		},
+	}
+}
+
+type sessionsOptions struct {
+	limit int
+	match string
+}
+
+// sessionJSON is one row of sessions.
+type sessionJSON struct {
+	Session      string `json:"session"`
+	Head         int64  `json:"head"`
+	ClearIndex   int64  `json:"clear_index"`
+	Runnable     int64  `json:"runnable"`
+	DeadLettered int64  `json:"dead_lettered"`
+}
+
+type sessionsHeadJSON struct {
+	Prefix string `json:"prefix"`
+}
+
+type sessionsTailJSON struct {
+	Count   int  `json:"count"`
+	Limited bool `json:"limited"`
+}
+
+var errEnough = errors.New("enough")
+
+func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
+	var (
+		tbl    *table
+		stream *jsonStream
+		count  int
+	)
+	if a.opts.json {
+		stream = startJSONStream(a.out, sessionsHeadJSON{Prefix: a.opts.prefix}, "sessions")
+	} else {
+		empty := fmt.Sprintf("no sessions under prefix %q", a.opts.prefix)
+		if o.match != "" {
+			empty = fmt.Sprintf("no sessions matching %q under prefix %q", o.match, a.opts.prefix)
+		}
+		tbl = newTable(a.out, empty, "SESSION", "HEAD", "CLEAR", "RUNNABLE", "DEAD")
+	}
+	limited := false
+	err := a.eachSessionPage(ctx, o.match, func(page []string) error {
+		if o.limit > 0 && count+len(page) > o.limit {
+			page = page[:o.limit-count]
+		}
+		rows, err := a.sessionStats(ctx, page)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if stream != nil {
+				stream.item(r)
+			} else {
+				tbl.row(r.Session, itoa(r.Head), itoa(r.ClearIndex), itoa(r.Runnable), itoa(r.DeadLettered))
+			}
+		}
+		count += len(rows)
+		if tbl != nil {
+			if err := tbl.flush(); err != nil {
+				return err
+			}
+		} else if stream.err != nil {
+			return stream.err
+		}
+		if err := a.out.Flush(); err != nil {
+			return err
+		}
+		if o.limit > 0 && count >= o.limit {
+			limited = true
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return err
+	}
+	if stream != nil {
+		return stream.end(sessionsTailJSON{Count: count, Limited: limited})
+	}
+	if err := tbl.close(); err != nil {
+		return err
+	}
+	if limited {
+		a.hint("(stopped at --limit %d)", o.limit)
+	}
+	return nil
+}
+
+// sessionStats reads each session's bounds and head counts: one pipelined
+// round of MGETs, then one of ZCOUNTs on the runnable set above the clear
+// marker (scores > 0 are live heads, < 0 dead-lettered ones; entries at or
+// below the marker belong to a past lifetime that reclaim has not swept
+// yet).
+func (a *app) sessionStats(ctx context.Context, sessions []string) ([]sessionJSON, error) {
+	if len(sessions) == 0 {
+		return nil, nil
+	}
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	c := a.client
+	cmds := make(rueidis.Commands, 0, len(sessions))
+	for _, s := range sessions {
+		k := keys.For(a.opts.prefix, s)
+		cmds = append(cmds, c.B().Mget().Key(k.Count(), k.Clear()).Build())
+	}
+	rows := make([]sessionJSON, len(sessions))
+	for i, res := range c.DoMulti(cctx, cmds...) {
+		values, err := res.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		if len(values) != 2 {
+			return nil, fmt.Errorf("MGET of session %q returned %d values", sessions[i], len(values))
+		}
+		rows[i].Session = sessions[i]
+		if rows[i].ClearIndex, err = optionalInt(values[1]); err != nil {
+			return nil, err
+		}
+		if values[0].IsNil() {
+			rows[i].Head = rows[i].ClearIndex // a collapsed session keeps only its marker
+		} else if rows[i].Head, err = optionalInt(values[0]); err != nil {
+			return nil, err
+		}
+	}
+	cmds = cmds[:0]
+	for i, s := range sessions {
+		runnable := keys.For(a.opts.prefix, s).Runnable()
+		boundary := rows[i].ClearIndex
+		cmds = append(cmds,
+			c.B().Zcount().Key(runnable).Min("("+itoa(boundary)).Max("+inf").Build(),
+			c.B().Zcount().Key(runnable).Min("-inf").Max("("+itoa(-boundary)).Build())
+	}
+	results := c.DoMulti(cctx, cmds...)
+	for i := range rows {
+		var err error
+		if rows[i].Runnable, err = results[2*i].AsInt64(); err != nil {
+			return nil, err
+		}
+		if rows[i].DeadLettered, err = results[2*i+1].AsInt64(); err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
+}
+
+func optionalInt(m rueidis.RedisMessage) (int64, error) {
+	if m.IsNil() {
+		return 0, nil
+	}
+	s, err := m.ToString()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// eachSessionPage scans the log keys of the prefix on every node, one SCAN
+// page at a time, and hands fn the session ids of each page that match the
+// glob (empty: all). fn's error stops the scan and is returned.
+func (a *app) eachSessionPage(ctx context.Context, match string, fn func([]string) error) error {
+	head, tail := logKeyShape(a.opts.prefix)
+	pattern := escapeGlob(head) + pushdownGlob(match) + escapeGlob(tail)
+	nodes, err := a.scanNodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		var cursor uint64
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			cctx, cancel := a.call(ctx)
+			entry, err := n.client.Do(cctx, n.client.B().Scan().Cursor(cursor).Match(pattern).Count(scanCount).Build()).AsScanEntry()
+			cancel()
+			if err != nil {
+				return fmt.Errorf("SCAN on %s: %w", n.addr, err)
+			}
+			page := make([]string, 0, len(entry.Elements))
+			for _, key := range entry.Elements {
+				session, ok := sessionOfLogKey(a.opts.prefix, head, tail, key)
+				if ok && (match == "" || globMatch(match, session)) {
+					page = append(page, session)
+				}
+			}
+			if len(page) > 0 {
+				if err := fn(page); err != nil {
+					return err
+				}
+			}
+			if cursor = entry.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// node is one server to scan.
+type node struct {
+	addr   string
+	client rueidis.Client
+}
+
+// scanNodes returns the servers whose keys together are every key once: the
+// one server, or every master of a cluster (a replica holds copies of its
+// master's keys). A node whose role cannot be read is scanned anyway.
+func (a *app) scanNodes(ctx context.Context) ([]node, error) {
+	var nodes []node
+	for addr, c := range a.client.Nodes() {
+		nodes = append(nodes, node{addr: addr, client: c})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].addr < nodes[j].addr })
+	if a.client.Mode() != rueidis.ClientModeCluster {
+		return nodes, nil
+	}
+	masters := nodes[:0]
+	for _, n := range nodes {
+		role, err := a.nodeRole(ctx, n.client)
+		if err == nil && role != "master" {
+			continue
+		}
+		masters = append(masters, n)
+	}
+	if len(masters) == 0 {
+		return nil, errors.New("the cluster reports no master node")
+	}
+	return masters, nil
+}
+
+// nodeRole asks one node for its replication role (ROLE): "master",
+// "slave" or "sentinel".
+func (a *app) nodeRole(ctx context.Context, c rueidis.Client) (string, error) {
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	reply, err := c.Do(cctx, c.B().Role().Build()).ToArray()
+	if err != nil {
+		return "", err
+	}
+	if len(reply) == 0 {
+		return "", errors.New("empty ROLE reply")
+	}
+	return reply[0].ToString()
+}
+
+// logKeyShape returns what every log key under prefix has before and after
+// the contents of its session tag, derived from keys (which alone formats
+// keys): `<prefix>:{"` and `"}:log` in layout tagged-1.
+func logKeyShape(prefix string) (head, tail string) {
+	x, y := keys.For(prefix, "a").Log(), keys.For(prefix, "b").Log()
+	i := 0
+	for i < len(x) && i < len(y) && x[i] == y[i] {
+		i++
+	}
+	j := 0
+	for j < len(x)-i && j < len(y)-i && x[len(x)-1-j] == y[len(y)-1-j] {
+		j++
+	}
+	return x[:i], x[len(x)-j:]
+}
+
+// sessionOfLogKey returns the session whose log key is key, checking that
+// keys names exactly that key (anything else the pattern caught, e.g. an
+// event-id key ending in `"}:log`, is not a log key).
+func sessionOfLogKey(prefix, head, tail, key string) (string, bool) {
+	if len(key) < len(head)+len(tail) || !strings.HasPrefix(key, head) || !strings.HasSuffix(key, tail) {
+		return "", false
+	}
+	session, ok := untag(key[len(head) : len(key)-len(tail)])
+	if !ok || keys.For(prefix, session).Log() != key {
+		return "", false
+	}
+	return session, true
+}
+
+// untag inverts the quoting of keys.Tag on the contents between the quotes:
+// \" and \\ are the characters, \u00XX is the byte XX; everything else is
+// itself. It reports false for text Tag never produces.
+func untag(t string) (string, bool) {
+	var b strings.Builder
+	b.Grow(len(t))
+	for i := 0; i < len(t); {
+		c := t[i]
+		switch {
+		case c == '"' || c == '{' || c == '}' || c < 0x20:
+			return "", false
+		case c == '\\':
+			if i+1 >= len(t) {
+				return "", false
+			}
+			switch t[i+1] {
+			case '"', '\\':
+				b.WriteByte(t[i+1])
+				i += 2
+			case 'u':
+				if i+6 > len(t) || t[i+2:i+4] != "00" {
+					return "", false
+				}
+				v, err := strconv.ParseUint(t[i+4:i+6], 16, 8)
+				if err != nil {
+					return "", false
+				}
+				b.WriteByte(byte(v))
+				i += 6
+			default:
+				return "", false
+			}
+		case c < utf8.RuneSelf:
+			b.WriteByte(c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(t[i:])
+			if r == utf8.RuneError && size == 1 {
+				return "", false
+			}
+			b.WriteString(t[i : i+size])
+			i += size
+		}
+	}
+	return b.String(), true
+}

@@ -1,0 +1,102 @@
+package inspect
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// follow starts `tail -f` in the background; stop interrupts it (Ctrl-C)
+// and returns its exit code.
+func follow(t *testing.T, e *env, args ...string) (out *syncBuffer, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	out = &syncBuffer{}
+	var errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, append([]string{"--url", e.cli.url, "--prefix", e.cli.prefix, "tail", "-f"}, args...),
+			Env{Stdout: out, Stderr: &errOut, Now: e.clock.Now})
+	}()
+	return out, func() int {
+		cancel()
+		select {
+		case code := <-done:
+			if code != ExitOK {
+				t.Logf("stderr: %s", errOut.String())
+			}
+			return code
+		case <-time.After(10 * time.Second):
+			t.Fatal("tail -f did not stop on Ctrl-C")
+			return -1
+		}
+	}
+}
+
+func appendTypes(t *testing.T, e *env, session string, types ...string) {
+	t.Helper()
+	events := make([]a2redis.Event, len(types))
+	for i, typ := range types {
+		events[i] = a2redis.Event{Type: typ, Payload: json.RawMessage(`{"n":` + itoa(int64(i)) + `}`)}
+	}
+	_, err := e.store.Append(e.ctx, session, events, redisstore.AppendOptions{})
+	require.NoError(t, err)
+}
+
+func TestTailFollow(t *testing.T) {
+	t.Parallel()
+	e := serverEnv(t)
+	appendTypes(t, e, "s", "old.1", "old.2", "old.3")
+
+	out, stop := follow(t, e, "-n", "2", "s")
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "old.3") }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // let the subscription settle; a missed wake-up is caught up anyway
+	appendTypes(t, e, "s", "live.1", "live.2")
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "live.2") }, 10*time.Second, 10*time.Millisecond)
+	appendTypes(t, e, "s", "live.3")
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "live.3") }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, ExitOK, stop(), "Ctrl-C ends a follow cleanly")
+
+	text := out.String()
+	checkAligned(t, text)
+	var got []string
+	for _, r := range parseTable(t, text) {
+		got = append(got, r["INDEX"]+" "+r["TYPE"])
+	}
+	assert.Equal(t, []string{"2 old.2", "3 old.3", "4 live.1", "5 live.2", "6 live.3"}, got, "every event once, in order")
+}
+
+func TestTailFollowJSONLines(t *testing.T) {
+	t.Parallel()
+	e := serverEnv(t)
+	appendTypes(t, e, "s", "old")
+
+	out, stop := follow(t, e, "s", "--json")
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), `"old"`) }, 10*time.Second, 10*time.Millisecond)
+	appendTypes(t, e, "s", "live")
+	// (A clear skips the past lifetime's undelivered events: wait first.)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), `"live"`) }, 10*time.Second, 10*time.Millisecond)
+	_, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), a2redis.ClearEventType) }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, ExitOK, stop())
+
+	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	require.Len(t, lines, 3)
+	var types []string
+	for i, line := range lines {
+		var ev eventDoc
+		require.NoError(t, json.Unmarshal([]byte(line), &ev), "line %d: %s", i, line)
+		assert.Equal(t, int64(i+1), ev.Index)
+		types = append(types, ev.Type)
+	}
+	assert.Equal(t, []string{"old", "live", a2redis.ClearEventType}, types)
+}

@@ -1,0 +1,46 @@
+--@include session
+-- complete_event: complete for an event cursor whose handler returned no
+-- events — the common case, without the cursor machinery complete loads.
+-- Same fence and replies as complete for that case.
+--
+-- KEYS[1]  the session counter
+-- ARGV[1]  now, epoch milliseconds
+-- ARGV[2]  consumer
+-- ARGV[3]  head index
+-- ARGV[4]  attempt
+--
+-- Replies:
+--   { 'ok', first index (the session head + 1: nothing was appended) }
+--   { 'duplicate' }     a retry of the committed completion (no events)
+--   { 'superseded' }    the attempt no longer owns the head
+--   { 'missing' }       no event at that index
+--   { 'partial' }       the committed completion returned events
+read_bounds()
+local consumer, idx, attempt = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+if idx <= boundary then return { 'superseded' } end
+if idx < 1 or idx > total then return { 'missing' } end
+local at = row_of(consumer, '#')
+local row = read_rows({ { idx, at } }, { 'd', 'p', 'pa', 'ri', 'ch', 'f', 'l', 'pins', 'a' })[1]
+if row[2] then
+  if row[7] ~= '#' or tonumber(row[3] or '0') ~= attempt then return { 'superseded' } end
+  if row[4] and row[4] ~= '' and row[4] ~= '[]' then return { 'partial' } end
+  return { 'duplicate' }
+end
+if tonumber(row[1] or '0') ~= attempt or not row[5] or row[6] or row[7] ~= '#' then
+  return { 'superseded' }
+end
+local cid = cid_of(consumer, '#' .. int(idx))
+ready_set(cid, false, -1)
+lease_set(cid, false)
+put_row(idx, at, 'p', ARGV[1])
+put_row(idx, at, 'pa', ARGV[4])
+-- The head row keeps only its completion record and kind.
+local spent = { 'd', 'fc', 'lc', 'ch', 'ce' }
+if row[9] then
+  for _, column in ipairs({ 'a', 'lf', 'lfa', 'e' }) do spent[#spent + 1] = column end
+end
+for _, column in ipairs(spent) do drop_row(idx, at, column) end
+release_pins(idx, at, row[8])
+drop_row(idx, at, 'pins')
+commit()
+return { 'ok', int(total + 1) }
