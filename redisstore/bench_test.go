@@ -34,24 +34,17 @@ type bench struct {
 	store  *redisstore.Store
 }
 
-var (
-	benchOnce sync.Once
-	benchEnv  *bench
-	benchSeq  atomic.Int64
-)
+var benchSeq atomic.Int64
 
+// newBench starts a server for one top-level benchmark (its statistics are
+// then the benchmark's alone).
 func newBench(b *testing.B) *bench {
 	b.Helper()
-	benchOnce.Do(func() {
-		c := privateServer(b)
-		// privateServer's cleanup is tied to the first benchmark; keep the
-		// server for the whole run instead.
-		ctx := context.Background()
-		s, err := redisstore.New(ctx, c, redisstore.Config{Prefix: "bench"})
-		require.NoError(b, err)
-		benchEnv = &bench{ctx: ctx, client: c, store: s}
-	})
-	return benchEnv
+	c := privateServer(b)
+	ctx := context.Background()
+	s, err := redisstore.New(ctx, c, redisstore.Config{Prefix: "bench"})
+	require.NoError(b, err)
+	return &bench{ctx: ctx, client: c, store: s}
 }
 
 func session(prefix string) string { return fmt.Sprintf("%s-%d", prefix, benchSeq.Add(1)) }
