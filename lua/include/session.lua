@@ -204,36 +204,30 @@ local function head_of(score)
   return math.abs(score), false
 end
 
+-- Sends a zset's buffered changes: member → score, or false to remove.
+local function flush_scores(key, changes, order)
+  local adds, removes = {}, {}
+  for _, member in ipairs(order) do
+    local score = changes[member]
+    if score then
+      adds[#adds + 1] = score
+      adds[#adds + 1] = member
+    else
+      removes[#removes + 1] = member
+    end
+  end
+  sliced('ZADD', key, adds)
+  sliced('ZREM', key, removes)
+end
+
 local function commit()
   if live_dirty then mark(LIVE, int(live)) end
   if typed_dirty then mark(TYPED, cjson.encode(typed)) end
   sliced('MSET', nil, strings)
   for _, key in ipairs(hset_order) do sliced('HSET', key, hsets[key]) end
   for _, key in ipairs(hdel_order) do sliced('HDEL', key, hdels[key]) end
-  local adds, removes = {}, {}
-  for _, cid in ipairs(ready_order) do
-    local score = ready_changes[cid]
-    if score then
-      adds[#adds + 1] = score
-      adds[#adds + 1] = cid
-    else
-      removes[#removes + 1] = cid
-    end
-  end
-  sliced('ZADD', READY, adds)
-  sliced('ZREM', READY, removes)
-  adds, removes = {}, {}
-  for _, cid in ipairs(lease_order) do
-    local until_ms = lease_changes[cid]
-    if until_ms then
-      adds[#adds + 1] = until_ms
-      adds[#adds + 1] = cid
-    else
-      removes[#removes + 1] = cid
-    end
-  end
-  sliced('ZADD', LEASES, adds)
-  sliced('ZREM', LEASES, removes)
+  flush_scores(READY, ready_changes, ready_order)
+  flush_scores(LEASES, lease_changes, lease_order)
   strings, hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}, {}
   ready_changes, ready_order, live_dirty, typed_dirty = {}, {}, false, false
   lease_changes, lease_order = {}, {}
