@@ -67,8 +67,11 @@ while #candidates < limit do
 end
 -- Held heads whose claim lapsed or whose retry hold ended, earliest first.
 offset = 0
-local expired = 0
-while expired < limit do
+-- Every one is read (they are few: holds that ended unfinished), so the
+-- claim still takes the lowest indexes; a pile larger than EXPIRED_SCAN is
+-- taken over in pieces, earliest hold first.
+local EXPIRED_SCAN = math.max(1024, limit * 4)
+while offset < EXPIRED_SCAN do
   local page = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', offset, page_size)
   if #page == 0 then break end
   local scores = redis.call('ZMSCORE', READY, unpack(page))
@@ -76,10 +79,7 @@ while expired < limit do
     if scores[i] then
       local idx, held = head_of(tonumber(scores[i]))
       local candidate = held and candidate_of(cid, idx)
-      if candidate then
-        candidates[#candidates + 1] = candidate
-        expired = expired + 1
-      end
+      if candidate then candidates[#candidates + 1] = candidate end
     end
   end
   if #page < page_size then break end

@@ -69,25 +69,26 @@ func (s *Store) ClearIndex(ctx context.Context, session string) (int64, error) {
 // Read returns the session's events with after < index <= through (through
 // 0: up to the head), in index order. Reads start no lower than the latest
 // clear marker. A gap in the log fails with ErrRangeGap, except one a
-// concurrent clear and reclaim explain: then the read starts again from the
-// new marker, once.
+// concurrent clear and reclaim explain: then the read goes on from the new
+// marker, and what it had read of the past lifetime is dropped.
 func (s *Store) Read(ctx context.Context, session string, after, through int64) ([]a2redis.StoredEvent, error) {
-	var out []a2redis.StoredEvent
+	out := []a2redis.StoredEvent{}
 	err := s.ReadPages(ctx, session, after, through, func(page []a2redis.StoredEvent) error {
+		if n := len(out); n > 0 && page[0].Index != out[n-1].Index+1 {
+			out = out[:0] // jumped to a new clear marker
+		}
 		out = append(out, page...)
 		return nil
 	})
-	if out == nil && err == nil {
-		out = []a2redis.StoredEvent{}
-	}
 	return out, err
 }
 
 // ReadPages is Read delivering the events page by page (ReadPageSize at a
 // time) to fn, so a long log is never held in memory. An error from fn
-// stops the read and is returned. The retry after a gap happens only while
-// no page was delivered yet (reclaim deletes from the front, so that is
-// where a concurrent clear shows).
+// stops the read and is returned. When a concurrent clear and reclaim remove
+// entries the read has not reached yet, it goes on from the new clear
+// marker: the next page starts at the marker (a jump forward, never a
+// duplicate).
 func (s *Store) ReadPages(ctx context.Context, session string, after, through int64, fn func([]a2redis.StoredEvent) error) error {
 	if err := checkSession(session); err != nil {
 		return err
@@ -99,19 +100,21 @@ func (s *Store) ReadPages(ctx context.Context, session string, after, through in
 	if err != nil {
 		return err
 	}
-	delivered := false
-	err = s.readRange(ctx, session, after, through, b, func(page []a2redis.StoredEvent) error {
-		delivered = true
-		return fn(page)
-	})
-	if delivered || !errors.Is(err, a2redis.ErrRangeGap) {
-		return err
+	last := after
+	for {
+		err = s.readRange(ctx, session, last, through, b, func(page []a2redis.StoredEvent) error {
+			last = page[len(page)-1].Index
+			return fn(page)
+		})
+		if !errors.Is(err, a2redis.ErrRangeGap) {
+			return err
+		}
+		again, berr := s.Bounds(ctx, session)
+		if berr != nil || again.ClearIndex <= b.ClearIndex || again.ClearIndex <= last {
+			return err // not a gap a newer clear explains
+		}
+		b = again
 	}
-	again, berr := s.Bounds(ctx, session)
-	if berr != nil || again.ClearIndex == b.ClearIndex {
-		return err
-	}
-	return s.readRange(ctx, session, after, through, again, fn)
 }
 
 func (s *Store) readRange(ctx context.Context, session string, after, through int64, b Bounds, fn func([]a2redis.StoredEvent) error) error {
