@@ -1,8 +1,9 @@
-# Targets match what CI runs (.ci/run runs `make test`'s command).
-.PHONY: test test-race test-short bench lint quickstart
+# Targets match what CI runs: .ci/run runs `make test`.
+.PHONY: test test-race test-short bench bench-quick bench-micro lint quickstart soak
 
 test:
 	go test ./... -count=1 -timeout 20m
+	cd bench && go test ./... -count=1 -timeout 10m
 
 test-short:
 	go test ./... -short -count=1
@@ -10,12 +11,21 @@ test-short:
 test-race:
 	go test ./... -race -count=1 -timeout 30m
 
+# Side-by-side benchmarks (a2redis, raw Redis Streams, asynq); refreshes docs/benchmarks.md.
 bench:
+	cd bench && go run ./cmd/a2bench --doc ../docs/benchmarks.md
+
+bench-quick:
+	cd bench && go run ./cmd/a2bench --quick
+
+# In-package Go benchmarks with same-run baselines.
+bench-micro:
 	go test ./redisstore -run '^$$' -bench . -benchtime 2s -count 3
 
 lint:
-	gofmt -l . | tee /dev/stderr | (! read)
+	test -z "$$(gofmt -l .)"
 	go vet ./...
+	cd bench && go vet ./...
 
 quickstart:
 	go run ./examples/quickstart
