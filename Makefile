@@ -29,3 +29,9 @@ lint:
 
 quickstart:
 	go run ./examples/quickstart
+
+# The randomized differential test against the reference model, for SOAK
+# (default 10m): make soak SOAK=1h.
+SOAK ?= 10m
+soak:
+	go test ./conformance -run TestDifferential -count=1 -v -timeout 0 -soak=$(SOAK)

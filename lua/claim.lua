@@ -108,7 +108,7 @@ end
 
 table.sort(candidates, function(a, b)
   if a[1] ~= b[1] then return a[1] < b[1] end
-  return a.consumer < b.consumer
+  return a.cid < b.cid
 end)
 for i = #candidates, limit + 1, -1 do candidates[i] = nil end
 local taken = {}

@@ -48,9 +48,11 @@ type ClaimRequest struct {
 	MaxFailures int
 	// Through, when positive, claims only heads at or below that index.
 	Through int64
-	// Limit is the most heads one call claims; the rest wait for the next
-	// call, so one script never holds Redis long. Default
-	// Config.ClaimLimit (256).
+	// Limit is the most heads one call claims, lowest indexes first; the
+	// rest wait for the next call, so one script never holds Redis long.
+	// Default Config.ClaimLimit (256). Lapsed claims count among them as
+	// long as at most max(1024, 4×Limit) have lapsed at once; a larger pile
+	// is taken over earliest lease first, over several calls.
 	Limit int
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -186,7 +187,8 @@ func (s *Store) claimLayout(ctx context.Context) error {
 // key-locking shebang: Redis and Valkey reject the flag itself, miniredis
 // any shebang at all.
 func IsFlagRejection(err error) bool {
-	if _, ok := rueidis.IsRedisErr(err); !ok {
+	var reply *rueidis.RedisError
+	if !errors.As(err, &reply) {
 		return false
 	}
 	msg := strings.ToLower(err.Error())

@@ -1,0 +1,439 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/model"
+	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// Fault injection: a store whose connection dies mid-way. A write that fails
+// on the transport fails with an error, and afterwards the session's state
+// is exactly the state before the write or the state after it — never
+// half-applied. Writes that succeed, and contract refusals, agree with the
+// model as always.
+
+// faultStep is one operation a fault worker ran: its clock time and the
+// ids the store's id source handed out for it, so a model can replay it.
+type faultStep struct {
+	o   op
+	at  time.Time
+	ids []string
+}
+
+// world is one history the store may have: the committed operations and
+// a model that ran them. A write that failed on the transport with no
+// observable effect either way (a presence tombstone, say) leaves two
+// worlds; later results rule out the wrong one.
+type world struct {
+	log  []faultStep
+	live *model.Store
+}
+
+// faultWorker drives one session of a store through random operations and
+// checks each against the model.
+type faultWorker struct {
+	t       *testing.T
+	session string
+	store   *redisstore.Store
+	clock   *Clock
+	gen     *generator
+	ids     []string // handed out during the current operation
+	pending []string // those ids, for a live model to take in turn
+	mu      sync.Mutex
+	worlds  []world
+	// counts
+	ok, refused, lostBefore, lostAfter int
+}
+
+func newFaultWorker(t *testing.T, client rueidis.Client, prefix, session string, seed int64) *faultWorker {
+	w := &faultWorker{t: t, session: session, clock: NewClock(), gen: newGenerator(seed)}
+	w.gen.sessions = []string{session}
+	// The generator's own model drifts from the store when a write fails
+	// on the transport; without limits, its proposals stay valid anyway.
+	w.gen.noLimits = true
+	var n atomic.Int64
+	store, err := redisstore.New(context.Background(), client, redisstore.Config{
+		Prefix: prefix, Clock: w.clock.Now, PublishWait: -1,
+		IDs: func() string {
+			id := fmt.Sprintf("%s-g%d", session, n.Add(1))
+			w.mu.Lock()
+			w.ids = append(w.ids, id)
+			w.mu.Unlock()
+			return id
+		},
+	})
+	if err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	w.store = store
+	w.worlds = []world{{live: w.replay(nil, nil)}}
+	return w
+}
+
+// replay builds a model from log (and extra). Once built, the model runs
+// live: on the worker's clock, taking the ids the store handed out for the
+// operation at hand.
+func (w *faultWorker) replay(log []faultStep, extra *faultStep) *model.Store {
+	var now time.Time
+	var queue []string
+	live := false
+	m := model.New(model.Config{
+		Clock: func() time.Time {
+			if live {
+				return w.clock.Now()
+			}
+			return now
+		},
+		IDs: func() string {
+			q := &queue
+			if live {
+				q = &w.pending
+			}
+			if len(*q) == 0 {
+				return "unrecorded-id"
+			}
+			id := (*q)[0]
+			*q = (*q)[1:]
+			return id
+		},
+	})
+	steps := log
+	if extra != nil {
+		steps = append(steps[:len(steps):len(steps)], *extra)
+	}
+	for _, s := range steps {
+		now, queue = s.at, append([]string(nil), s.ids...)
+		_, _ = s.o.run(context.Background(), m)
+	}
+	live = true
+	return m
+}
+
+// lost reports an error of the transport (or of a deadline): the write may
+// or may not have committed. A Redis error reply or a contract error is not
+// one.
+func lost(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var reply *rueidis.RedisError
+	return !errors.As(err, &reply) && strings.HasPrefix(errorClass(err), "error: ")
+}
+
+// step runs the next operation; it returns false when the test failed.
+func (w *faultWorker) step(ctx context.Context) bool {
+	o := w.gen.next()
+	w.gen.apply(o) // the generator's own model only proposes arguments
+	switch o.Kind {
+	case opReclaim, opReclaimPage:
+		return true // several scripts: not one atomic write
+	case opAdvance:
+		w.clock.Advance(o.Advance)
+		return true
+	}
+	w.mu.Lock()
+	w.ids = nil
+	w.mu.Unlock()
+	at := w.clock.Now()
+	opCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	res, err := o.run(opCtx, w.store)
+	cancel()
+	w.mu.Lock()
+	s := faultStep{o: o, at: at, ids: append([]string(nil), w.ids...)}
+	w.mu.Unlock()
+	if !lost(err) {
+		// Committed, or refused by the contract: the model must agree (in
+		// at least one possible world).
+		var kept []world
+		var first string
+		for _, wd := range w.worlds {
+			w.pending = append([]string(nil), s.ids...)
+			mres, merr := o.run(ctx, wd.live)
+			d := ""
+			if se, me := errorClass(err), errorClass(merr); se != me {
+				d = fmt.Sprintf("  redis error: %s\n  model error: %s", orNone(se), orNone(me))
+			} else if err == nil && render(canonical(res)) != render(canonical(mres)) {
+				d = describe(canonical(res), canonical(mres))
+			}
+			if d == "" {
+				kept = append(kept, world{log: append(wd.log[:len(wd.log):len(wd.log)], s), live: wd.live})
+			} else if first == "" {
+				first = d
+			}
+		}
+		if len(kept) == 0 {
+			w.t.Errorf("%s: %s\n%s", w.session, o, first)
+			return false
+		}
+		w.worlds = kept
+		if err == nil {
+			w.ok++
+		} else {
+			w.refused++
+		}
+		return true
+	}
+	// The write's fate is unknown: the state must be exactly before or
+	// after it.
+	for attempt := 0; ; attempt++ {
+		var kept []world
+		var diffs []string
+		var readErr error
+		befores, afters := 0, 0
+		for _, wd := range w.worlds {
+			same, err := w.sameState(ctx, wd.live)
+			if err != nil {
+				readErr = err
+				break
+			}
+			if same == "" {
+				kept = append(kept, wd)
+				befores++
+			}
+			after := world{log: append(wd.log[:len(wd.log):len(wd.log)], s), live: w.replay(wd.log, &s)}
+			sameAfter, err := w.sameState(ctx, after.live)
+			if err != nil {
+				readErr = err
+				break
+			}
+			if sameAfter == "" {
+				kept = append(kept, after)
+				afters++
+			}
+			diffs = append(diffs, "versus before:\n"+same, "versus after:\n"+sameAfter)
+		}
+		if readErr == nil {
+			if len(kept) == 0 {
+				w.t.Errorf("%s: after %s failed on the transport (%v), the state is neither before nor after it:\n%s", w.session, o, err, strings.Join(diffs[:2], "\n"))
+				return false
+			}
+			if len(kept) > 16 {
+				kept = kept[:16]
+			}
+			w.worlds = kept
+			if afters > 0 {
+				w.lostAfter++
+			} else {
+				w.lostBefore++
+			}
+			return true
+		}
+		if attempt > 200 || ctx.Err() != nil {
+			w.t.Errorf("%s: cannot read the state back after %s: %v", w.session, o, readErr)
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sameState compares the session's observable state with m's: "" when
+// equal, else the difference; an error when a read failed.
+func (w *faultWorker) sameState(ctx context.Context, m *model.Store) (string, error) {
+	for _, o := range stateOps(w.session) {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		sr, serr := o.run(rctx, w.store)
+		cancel()
+		if lost(serr) {
+			return "", serr
+		}
+		mr, merr := o.run(ctx, m)
+		if errorClass(serr) != errorClass(merr) {
+			return fmt.Sprintf("%s: redis error %s, model error %s", o, orNone(errorClass(serr)), orNone(errorClass(merr))), nil
+		}
+		if serr == nil && render(canonical(sr)) != render(canonical(mr)) {
+			return fmt.Sprintf("%s:\n%s", o, describe(canonical(sr), canonical(mr))), nil
+		}
+	}
+	return "", nil
+}
+
+// rawDo sends one command on a connection of its own and returns the first
+// reply line.
+func rawDo(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	return bufio.NewReader(c).ReadString('\n')
+}
+
+func faultClient(t *testing.T, addr string) rueidis.Client {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// runFaultWorkers runs workers (one session each) while chaos runs: each
+// runs at least ops operations and goes on until chaos returns.
+func runFaultWorkers(t *testing.T, client rueidis.Client, workers, ops int, chaos func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prefix := Prefix(t)
+	ws := make([]*faultWorker, workers)
+	for i := range ws {
+		ws[i] = newFaultWorker(t, client, prefix, fmt.Sprintf("s%d", i), int64(100+i))
+	}
+	var chaosDone atomic.Bool
+	go func() {
+		defer chaosDone.Store(true)
+		chaos()
+	}()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; (i < ops || !chaosDone.Load()) && i < 50*ops; i++ {
+				if !w.step(ctx) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for !chaosDone.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var ok, refused, before, after int
+	for _, w := range ws {
+		ok, refused, before, after = ok+w.ok, refused+w.refused, before+w.lostBefore, after+w.lostAfter
+		if t.Failed() {
+			continue
+		}
+		var d string
+		var err error
+		for _, wd := range w.worlds {
+			if d, err = w.sameState(ctx, wd.live); err == nil && d == "" {
+				break
+			}
+		}
+		if err != nil || d != "" {
+			t.Errorf("%s: final state: %v %s", w.session, err, d)
+		}
+	}
+	t.Logf("%d operations succeeded, %d refused by the contract, %d failed on the transport (%d had not committed, %d had)", ok, refused, before+after, before, after)
+	if before+after == 0 {
+		t.Errorf("the chaos never hit an operation: the test proved nothing")
+	}
+}
+
+// TestFaultsKilledConnections kills the store's connections (CLIENT KILL)
+// again and again while four sessions run random writes.
+func TestFaultsKilledConnections(t *testing.T) {
+	t.Parallel()
+	srv := redistest.SpawnServer(t)
+	client := faultClient(t, srv.Addr())
+	runFaultWorkers(t, client, 4, 250, func() {
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+			time.Sleep(15 * time.Millisecond)
+			_, _ = rawDo(srv.Addr(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+		}
+	})
+}
+
+// TestFaultsServerRestart stops the server (SIGTERM) and starts it again
+// on the same port while sessions run; the server keeps an AOF with fsync
+// always, so every acknowledged write survives and the script cache does
+// not (EVALSHA falls back to EVAL).
+func TestFaultsServerRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.SpawnServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	client := faultClient(t, srv.Addr())
+	runFaultWorkers(t, client, 3, 150, func() {
+		for range 3 {
+			time.Sleep(150 * time.Millisecond)
+			srv.Stop()
+			time.Sleep(100 * time.Millisecond)
+			srv.Restart()
+		}
+	})
+}
+
+// TestFaultsDeadline: a context deadline shorter than the call returns
+// context.DeadlineExceeded promptly, for writes and reads alike, while the
+// server holds the command (CLIENT PAUSE); the write held then either
+// commits or not, never half.
+func TestFaultsDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.SpawnServer(t)
+	client := faultClient(t, srv.Addr())
+	w := newFaultWorker(t, client, Prefix(t), "s", 7)
+	ctx := context.Background()
+	for range 30 {
+		if !w.step(ctx) {
+			return
+		}
+	}
+	// The pause ends by itself (CLIENT UNPAUSE from a fresh connection is
+	// paused too).
+	if _, err := rawDo(srv.Addr(), "CLIENT", "PAUSE", "1500", "ALL"); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	w.clock.Advance(time.Second)
+	held := op{Kind: opAppend, Session: "s", Events: []a2redis.Event{evID("held", "a", to("c1"))}}
+	s := faultStep{o: held, at: w.clock.Now()}
+	for name, call := range map[string]func(ctx context.Context) error{
+		"append": func(ctx context.Context) error { _, err := held.run(ctx, w.store); return err },
+		"read":   func(ctx context.Context) error { _, err := w.store.Read(ctx, "s", 0, 0); return err },
+		"claim": func(ctx context.Context) error {
+			_, err := w.store.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: "other", Holder: "h", TTL: time.Second})
+			return err
+		},
+	} {
+		dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		start := time.Now()
+		err := call(dctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s under a 100ms deadline against a paused server: %v, want context.DeadlineExceeded", name, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("%s returned after %v, not promptly", name, took)
+		}
+	}
+	// The held append reached the server: whether it ran is open, but
+	// nothing is half-written.
+	after := w.replay(w.worlds[0].log, &s)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		before, err1 := w.sameState(ctx, w.worlds[0].live)
+		afterDiff, err2 := w.sameState(ctx, after)
+		if err1 == nil && err2 == nil && (before == "" || afterDiff == "") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the state after a timed-out append is neither before nor after it:\n%s\n%s (%v %v)", before, afterDiff, err1, err2)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
