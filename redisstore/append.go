@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/notify"
 )
 
@@ -208,51 +208,6 @@ func (s *Store) prepare(events []a2redis.Event, arg string) ([]prepared, error) 
 	return out, nil
 }
 
-func checkType(arg, t string) error {
-	switch {
-	case t == "":
-		return a2redis.Invalid(arg, "is empty")
-	case !utf8.ValidString(t):
-		return a2redis.Invalid(arg, "is not valid UTF-8")
-	case t == a2redis.ClearEventType:
-		return a2redis.Invalid(arg, "%q is reserved for clear markers", t)
-	}
-	return nil
-}
-
-func checkName(arg, name string) error {
-	switch {
-	case name == "":
-		return a2redis.Invalid(arg, "is empty")
-	case !utf8.ValidString(name):
-		return a2redis.Invalid(arg, "is not valid UTF-8")
-	}
-	return nil
-}
-
-func checkLane(arg, lane string) error {
-	if !utf8.ValidString(lane) {
-		return a2redis.Invalid(arg, "is not valid UTF-8")
-	}
-	return nil
-}
-
-func checkCause(arg string, c a2redis.Cause) error {
-	if err := checkName(arg+".Consumer", c.Consumer); err != nil {
-		return err
-	}
-	if err := checkLane(arg+".Lane", c.Lane); err != nil {
-		return err
-	}
-	if c.Index < 1 {
-		return a2redis.Invalid(arg+".Index", "must be at least 1 (got %d)", c.Index)
-	}
-	if c.Attempt < 1 {
-		return a2redis.Invalid(arg+".Attempt", "must be at least 1 (got %d)", c.Attempt)
-	}
-	return nil
-}
-
 // targetsArg encodes targets as [[consumer, tag], ...], or ” for none.
 func targetsArg(arg string, targets []a2redis.Target) (string, error) {
 	if len(targets) == 0 {
@@ -277,6 +232,13 @@ func targetsArg(arg string, targets []a2redis.Target) (string, error) {
 	raw, _ := json.Marshal(pairs)
 	return string(raw), nil
 }
+
+var (
+	checkType  = check.Type
+	checkName  = check.Name
+	checkLane  = check.Lane
+	checkCause = check.Cause
+)
 
 // servedArg encodes the served consumers: ” for all, else a JSON list of
 // [name] or [name, lane, types ('*' or a JSON list as text), backfill].

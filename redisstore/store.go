@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/keys"
 )
 
@@ -291,11 +292,4 @@ func errorf(sentinel error, session, format string, a ...any) error {
 	return fmt.Errorf("%w: %s (session %q)", sentinel, fmt.Sprintf(format, a...), session)
 }
 
-var errEmptySession = a2redis.Invalid("session", "is empty")
-
-func checkSession(session string) error {
-	if session == "" {
-		return errEmptySession
-	}
-	return nil
-}
+var checkSession = check.Session

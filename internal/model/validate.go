@@ -4,66 +4,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 )
 
 // The argument rules below restate the contract's input checks: a request
 // the store refuses with ErrInvalidArgument is refused here too, before any
 // state changes (and, like the store, after the same id-source calls).
 
-func checkSession(session string) error {
-	if session == "" {
-		return a2redis.Invalid("session", "is empty")
-	}
-	return nil
-}
-
-func checkType(arg, t string) error {
-	switch {
-	case t == "":
-		return a2redis.Invalid(arg, "is empty")
-	case !utf8.ValidString(t):
-		return a2redis.Invalid(arg, "is not valid UTF-8")
-	case t == a2redis.ClearEventType:
-		return a2redis.Invalid(arg, "%q is reserved for clear markers", t)
-	}
-	return nil
-}
-
-func checkName(arg, name string) error {
-	switch {
-	case name == "":
-		return a2redis.Invalid(arg, "is empty")
-	case !utf8.ValidString(name):
-		return a2redis.Invalid(arg, "is not valid UTF-8")
-	}
-	return nil
-}
-
-func checkLane(arg, lane string) error {
-	if !utf8.ValidString(lane) {
-		return a2redis.Invalid(arg, "is not valid UTF-8")
-	}
-	return nil
-}
-
-func checkCause(arg string, c a2redis.Cause) error {
-	if err := checkName(arg+".Consumer", c.Consumer); err != nil {
-		return err
-	}
-	if err := checkLane(arg+".Lane", c.Lane); err != nil {
-		return err
-	}
-	if c.Index < 1 {
-		return a2redis.Invalid(arg+".Index", "must be at least 1 (got %d)", c.Index)
-	}
-	if c.Attempt < 1 {
-		return a2redis.Invalid(arg+".Attempt", "must be at least 1 (got %d)", c.Attempt)
-	}
-	return nil
-}
+var (
+	checkSession = check.Session
+	checkType    = check.Type
+	checkName    = check.Name
+	checkLane    = check.Lane
+	checkCause   = check.Cause
+)
 
 // logSpec is a served log consumer.
 type logSpec struct {
