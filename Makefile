@@ -3,7 +3,7 @@
 
 test:
 	go test ./... -count=1 -timeout 20m
-	cd bench && go test ./... -count=1 -timeout 10m
+	cd bench && go test . -count=1 -timeout 10m
 
 test-short:
 	go test ./... -short -count=1
