@@ -314,7 +314,7 @@ func FuzzCursorID(f *testing.F) {
 var allColumns = []string{
 	ColAttempts, ColFirstClaimed, ColLastClaimed, ColHolder, ColExpiry, ColFailures,
 	ColLastFailed, ColLastFailedAttempt, ColError, ColDeadLettered, ColProcessed,
-	ColProcessedAttempt, ColReturnedIDs, ColKind, ColNext, ColPins,
+	ColReturnedIDs, ColKind, ColNext, ColPins,
 }
 
 // rowOf builds a head row from fuzz input: an event row, a lane row or (to

@@ -45,10 +45,11 @@ const (
 	ColError = "e"
 	// ColDeadLettered marks the event as dead-lettered (failed for good).
 	ColDeadLettered = "f"
-	// ColProcessed marks the event as processed.
+	// ColProcessed marks a head the cursor moved past: "<processed at
+	// ms>:<attempt>" (attempt 0 when it was skipped). A completed row keeps
+	// only this column, its returned ids and, for lane and log rows, its
+	// kind.
 	ColProcessed = "p"
-	// ColProcessedAttempt is the attempt number that processed the event.
-	ColProcessedAttempt = "pa"
 	// ColReturnedIDs holds the event ids returned by the processing.
 	ColReturnedIDs = "ri"
 	// ColKind is the kind of the row (event, lane or log cursor).

@@ -189,13 +189,13 @@ func TestConstants(t *testing.T) {
 		"ColAttempts": ColAttempts, "ColFirstClaimed": ColFirstClaimed, "ColLastClaimed": ColLastClaimed,
 		"ColHolder": ColHolder, "ColExpiry": ColExpiry, "ColFailures": ColFailures,
 		"ColLastFailed": ColLastFailed, "ColLastFailedAttempt": ColLastFailedAttempt, "ColError": ColError,
-		"ColDeadLettered": ColDeadLettered, "ColProcessed": ColProcessed, "ColProcessedAttempt": ColProcessedAttempt,
+		"ColDeadLettered": ColDeadLettered, "ColProcessed": ColProcessed,
 		"ColReturnedIDs": ColReturnedIDs, "ColKind": ColKind, "ColNext": ColNext, "ColPins": ColPins,
 	}
 	want := map[string]string{
 		"ColAttempts": "d", "ColFirstClaimed": "fc", "ColLastClaimed": "lc", "ColHolder": "ch",
 		"ColExpiry": "ce", "ColFailures": "a", "ColLastFailed": "lf", "ColLastFailedAttempt": "lfa",
-		"ColError": "e", "ColDeadLettered": "f", "ColProcessed": "p", "ColProcessedAttempt": "pa",
+		"ColError": "e", "ColDeadLettered": "f", "ColProcessed": "p",
 		"ColReturnedIDs": "ri", "ColKind": "l", "ColNext": "next", "ColPins": "pins",
 	}
 	seen := map[string]string{}

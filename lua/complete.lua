@@ -36,12 +36,14 @@ for i = 1, n do ids[i] = ARGV[9 + (i - 1) * 4 + 1] end
 local owners = read_bounds(ids)
 if idx <= boundary then return { 'superseded' } end
 if idx < 1 or idx > total then return { 'missing' } end
-local row = read_rows({ { idx, at } }, { 'd', 'p', 'pa', 'ri', 'ch', 'f', 'l', 'next', 'pins' })[1]
+local row = read_rows({ { idx, at } }, { 'd', 'p', 'ri', 'ch', 'f', 'l', 'next', 'pins' })[1]
 if row[2] then
   -- The cursor already moved past this head: a retry of the same attempt
   -- with the same ids replays; anything else is superseded or partial.
-  if not owns(row[7], tag) or tonumber(row[3] or '0') ~= attempt then return { 'superseded' } end
-  local recorded = (row[4] and row[4] ~= '') and cjson.decode(row[4]) or {}
+  -- An event row's kind is its name (its 'l' column goes at completion).
+  local kind = row[6] or (tag == '#' and '#')
+  if not owns(kind, tag) or processed_attempt(row[2]) ~= attempt then return { 'superseded' } end
+  local recorded = (row[3] and row[3] ~= '') and cjson.decode(row[3]) or {}
   if #recorded ~= n then return { 'partial' } end
   for i = 1, n do
     if recorded[i] ~= ids[i] or not owners[i] then return { 'partial' } end
@@ -53,7 +55,7 @@ if row[2] then
   end
   return reply
 end
-if tonumber(row[1] or '0') ~= attempt or not row[5] or row[6] or not owns(row[7], tag) then
+if tonumber(row[1] or '0') ~= attempt or not row[4] or row[5] or not owns(row[6], tag) then
   return { 'superseded' }
 end
 for i = 1, n do
@@ -65,20 +67,21 @@ for i = 1, n do
   local o = 9 + (i - 1) * 4
   batch[i] = { idx = total + i, type = ARGV[o + 2], targets = targets_of(ARGV[o + 4]) }
 end
-local moved, missing = advance(consumer, row[7], idx, row[8], batch, true)
+local moved, missing = advance(consumer, row[6], idx, row[7], batch, true)
 if not moved then return { 'index', missing, int(idx) } end
 local planned, unindexed, after = plan(batch, total)
 if not planned then return { 'index', unindexed, int(after) } end
 
--- The head row keeps only its completion record (and kind); the claim
--- columns are spent.
-put_row(idx, at, 'p', now)
-put_row(idx, at, 'pa', ARGV[5])
+-- The head row keeps only its completion record (see processed); the
+-- claim columns are spent.
+put_row(idx, at, 'p', processed(now, ARGV[5]))
 if n > 0 then put_row(idx, at, 'ri', ARGV[8]) end
 for _, column in ipairs({ 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'next', 'pins' }) do
   drop_row(idx, at, column)
 end
-release_pins(idx, at, row[9])
+-- An event row's kind is its name; lane and log rows keep theirs.
+if row[6] == '#' then drop_row(idx, at, 'l') end
+release_pins(idx, at, row[8])
 for i = 1, n do
   local o = 9 + (i - 1) * 4
   local child = int(total + i)

@@ -20,27 +20,26 @@ local consumer, idx, attempt = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if idx <= boundary then return { 'superseded' } end
 if idx < 1 or idx > total then return { 'missing' } end
 local at = row_of(consumer, '#')
-local row = read_rows({ { idx, at } }, { 'd', 'p', 'pa', 'ri', 'ch', 'f', 'l', 'pins', 'a' })[1]
+local row = read_rows({ { idx, at } }, { 'd', 'p', 'ri', 'ch', 'f', 'l', 'pins', 'a' })[1]
 if row[2] then
-  if row[7] ~= '#' or tonumber(row[3] or '0') ~= attempt then return { 'superseded' } end
-  if row[4] and row[4] ~= '' and row[4] ~= '[]' then return { 'partial' } end
+  if processed_attempt(row[2]) ~= attempt then return { 'superseded' } end
+  if row[3] and row[3] ~= '' and row[3] ~= '[]' then return { 'partial' } end
   return { 'duplicate' }
 end
-if tonumber(row[1] or '0') ~= attempt or not row[5] or row[6] or row[7] ~= '#' then
+if tonumber(row[1] or '0') ~= attempt or not row[4] or row[5] or row[6] ~= '#' then
   return { 'superseded' }
 end
 local cid = cid_of(consumer, '#' .. int(idx))
 ready_set(cid, false, -1)
 lease_set(cid, false)
-put_row(idx, at, 'p', ARGV[1])
-put_row(idx, at, 'pa', ARGV[4])
--- The head row keeps only its completion record and kind.
-local spent = { 'd', 'fc', 'lc', 'ch', 'ce' }
-if row[9] then
+put_row(idx, at, 'p', processed(ARGV[1], ARGV[4]))
+-- The head row keeps only its completion record.
+local spent = { 'd', 'fc', 'lc', 'ch', 'ce', 'l' }
+if row[8] then
   for _, column in ipairs({ 'a', 'lf', 'lfa', 'e' }) do spent[#spent + 1] = column end
 end
 for _, column in ipairs(spent) do drop_row(idx, at, column) end
-release_pins(idx, at, row[8])
+release_pins(idx, at, row[7])
 drop_row(idx, at, 'pins')
 commit()
 return { 'ok', int(total + 1) }

@@ -34,7 +34,7 @@ if ARGV[3] == 'skip' then
   local row = read_rows({ { idx, at } }, { 'next' })[1]
   local moved, missing = advance(consumer, kind, idx, row[1], {}, false)
   if not moved then return { 'index', missing, int(idx) } end
-  put_row(idx, at, 'p', ARGV[4])
+  put_row(idx, at, 'p', processed(ARGV[4], 0))
   flush_states()
 else
   drop_row(idx, at, 'f')

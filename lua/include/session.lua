@@ -74,6 +74,12 @@ local function cid_for(consumer, kind, idx)
   return cid_of(consumer, kind)
 end
 
+-- A completed head row keeps one column, 'p' = "<processed at>:<attempt>"
+-- (attempt 0 for a skipped head), plus its returned ids and, for lane and
+-- log rows, its kind; an event row's kind is its name.
+local function processed(now, attempt) return now .. ':' .. attempt end
+local function processed_attempt(p) return tonumber(string.match(p, ':(%d+)$') or '0') end
+
 local function chunk_key(idx)
   return SESSION .. 'heads:' .. int(math.floor((idx - 1) / CHUNK))
 end
