@@ -24,58 +24,6 @@ func hashTag(key string) (string, bool) {
 	return key[open+1 : open+1+end], true
 }
 
-// decodeTag strictly inverts Tag; it proves Tag injective (decodeTag(Tag(s))
-// == s for every s means Tag(a) == Tag(b) implies a == b).
-func decodeTag(t string) (string, bool) {
-	if len(t) < 2 || t[0] != '"' || t[len(t)-1] != '"' {
-		return "", false
-	}
-	t = t[1 : len(t)-1]
-	var b strings.Builder
-	for i := 0; i < len(t); {
-		c := t[i]
-		switch {
-		case c == '"' || c == '{' || c == '}' || c < 0x20:
-			return "", false
-		case c == '\\':
-			if i+1 >= len(t) {
-				return "", false
-			}
-			switch t[i+1] {
-			case '"', '\\':
-				b.WriteByte(t[i+1])
-				i += 2
-			case 'u':
-				if i+6 > len(t) || t[i+2:i+4] != "00" {
-					return "", false
-				}
-				v, err := strconv.ParseUint(t[i+4:i+6], 16, 8)
-				if err != nil || strings.ToLower(t[i+4:i+6]) != t[i+4:i+6] {
-					return "", false
-				}
-				if !(v < 0x20 || v == '{' || v == '}' || v >= 0x80) {
-					return "", false
-				}
-				b.WriteByte(byte(v))
-				i += 6
-			default:
-				return "", false
-			}
-		case c < utf8.RuneSelf:
-			b.WriteByte(c)
-			i++
-		default:
-			r, size := utf8.DecodeRuneInString(t[i:])
-			if r == utf8.RuneError && size == 1 {
-				return "", false // raw invalid bytes are always escaped
-			}
-			b.WriteString(t[i : i+size])
-			i += size
-		}
-	}
-	return b.String(), true
-}
-
 // trickyStrings seed every fuzz target.
 var trickyStrings = []string{
 	"", "s1", "s2", `"`, `\`, "{", "}", "{}", "}{", ":", "count", "id:", "id:x",
@@ -154,8 +102,8 @@ func FuzzTag(f *testing.F) {
 		if (a == b) != (ta == tb) {
 			t.Fatalf("Tag(%q) = %q, Tag(%q) = %q: injectivity broken", a, ta, b, tb)
 		}
-		if back, ok := decodeTag(ta); !ok || back != a {
-			t.Fatalf("decodeTag(Tag(%q)) = %q, %v", a, back, ok)
+		if back, ok := ParseTag(ta); !ok || back != a {
+			t.Fatalf("ParseTag(Tag(%q)) = %q, %v", a, back, ok)
 		}
 		if !json.Valid([]byte(ta)) {
 			t.Fatalf("Tag(%q) = %q is not a JSON string", a, ta)

@@ -185,3 +185,74 @@ func (s Session) NotifyChannel() string { return s.base + "notify" }
 // PresenceChannel is the pub/sub channel (not a key) announcing presence
 // changes of the session. It carries the session's hash tag.
 func (s Session) PresenceChannel() string { return s.base + "presence-events" }
+
+// ParseTag strictly inverts Tag: it returns the session id a tag quotes,
+// and false for any text Tag never produces. (ParseTag(Tag(s)) == s for
+// every s is also what proves Tag injective.)
+func ParseTag(t string) (string, bool) {
+	if len(t) < 2 || t[0] != '"' || t[len(t)-1] != '"' {
+		return "", false
+	}
+	t = t[1 : len(t)-1]
+	var b strings.Builder
+	for i := 0; i < len(t); {
+		c := t[i]
+		switch {
+		case c == '"' || c == '{' || c == '}' || c < 0x20:
+			return "", false
+		case c == '\\':
+			if i+1 >= len(t) {
+				return "", false
+			}
+			switch t[i+1] {
+			case '"', '\\':
+				b.WriteByte(t[i+1])
+				i += 2
+			case 'u':
+				if i+6 > len(t) || t[i+2:i+4] != "00" {
+					return "", false
+				}
+				v, err := strconv.ParseUint(t[i+4:i+6], 16, 8)
+				if err != nil || strings.ToLower(t[i+4:i+6]) != t[i+4:i+6] {
+					return "", false
+				}
+				if !(v < 0x20 || v == '{' || v == '}' || v >= 0x80) {
+					return "", false
+				}
+				b.WriteByte(byte(v))
+				i += 6
+			default:
+				return "", false
+			}
+		case c < utf8.RuneSelf:
+			b.WriteByte(c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(t[i:])
+			if r == utf8.RuneError && size == 1 {
+				return "", false // raw invalid bytes are always escaped
+			}
+			b.WriteString(t[i : i+size])
+			i += size
+		}
+	}
+	return b.String(), true
+}
+
+// SessionOfLogKey returns the session whose log key is key under prefix,
+// and false when key is not exactly such a key (for SCAN results).
+func SessionOfLogKey(prefix, key string) (string, bool) {
+	head := prefix + ":{"
+	if !strings.HasPrefix(key, head) {
+		return "", false
+	}
+	end := strings.IndexByte(key[len(head):], '}')
+	if end < 0 {
+		return "", false
+	}
+	session, ok := ParseTag(key[len(head) : len(head)+end])
+	if !ok || For(prefix, session).Log() != key {
+		return "", false
+	}
+	return session, true
+}

@@ -47,8 +47,8 @@ func TestTag(t *testing.T) {
 			if strings.ContainsAny(got, "{}") {
 				t.Fatalf("Tag(%q) contains a brace", tt.in)
 			}
-			if back, ok := decodeTag(got); !ok || back != tt.in {
-				t.Fatalf("decodeTag(Tag(%q)) = %q, %v", tt.in, back, ok)
+			if back, ok := ParseTag(got); !ok || back != tt.in {
+				t.Fatalf("ParseTag(Tag(%q)) = %q, %v", tt.in, back, ok)
 			}
 		})
 	}

@@ -68,7 +68,7 @@ func TestSessionOfLogKey(t *testing.T) {
 		assert.Equal(t, prefix+`:{"`, head)
 		assert.Equal(t, `"}:log`, tail)
 		for _, s := range []string{"s", "", `a"b`, `a\b`, "{x}", "\x00\x1f\x7f", "é日本", "\xff\xc3", `"}:log`, `\u0000`} {
-			got, ok := sessionOfLogKey(prefix, head, tail, keys.For(prefix, s).Log())
+			got, ok := keys.SessionOfLogKey(prefix, keys.For(prefix, s).Log())
 			assert.True(t, ok, "%q", s)
 			assert.Equal(t, s, got)
 			assert.True(t, globMatch(escapeGlob(head)+pushdownGlob("")+escapeGlob(tail), keys.For(prefix, s).Log()), "the SCAN pattern matches %q", s)
@@ -83,7 +83,7 @@ func TestSessionOfLogKey(t *testing.T) {
 			prefix + `:{"` + "\xff" + `"}:log`,
 			prefix + "x" + strings.TrimPrefix(keys.For(prefix, "s").Log(), prefix),
 		} {
-			_, ok := sessionOfLogKey(prefix, head, tail, key)
+			_, ok := keys.SessionOfLogKey(prefix, key)
 			assert.False(t, ok, "%q", key)
 		}
 	}

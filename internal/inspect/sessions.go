@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/redis/rueidis"
 
@@ -235,7 +233,7 @@ func (a *app) eachSessionPage(ctx context.Context, match string, fn func([]strin
 			}
 			page := make([]string, 0, len(entry.Elements))
 			for _, key := range entry.Elements {
-				session, ok := sessionOfLogKey(a.opts.prefix, head, tail, key)
+				session, ok := keys.SessionOfLogKey(a.opts.prefix, key)
 				if ok && (match == "" || globMatch(match, session)) {
 					page = append(page, session)
 				}
@@ -316,63 +314,3 @@ func logKeyShape(prefix string) (head, tail string) {
 	return x[:i], x[len(x)-j:]
 }
 
-// sessionOfLogKey returns the session whose log key is key, checking that
-// keys names exactly that key (anything else the pattern caught, e.g. an
-// event-id key ending in `"}:log`, is not a log key).
-func sessionOfLogKey(prefix, head, tail, key string) (string, bool) {
-	if len(key) < len(head)+len(tail) || !strings.HasPrefix(key, head) || !strings.HasSuffix(key, tail) {
-		return "", false
-	}
-	session, ok := untag(key[len(head) : len(key)-len(tail)])
-	if !ok || keys.For(prefix, session).Log() != key {
-		return "", false
-	}
-	return session, true
-}
-
-// untag inverts the quoting of keys.Tag on the contents between the quotes:
-// \" and \\ are the characters, \u00XX is the byte XX; everything else is
-// itself. It reports false for text Tag never produces.
-func untag(t string) (string, bool) {
-	var b strings.Builder
-	b.Grow(len(t))
-	for i := 0; i < len(t); {
-		c := t[i]
-		switch {
-		case c == '"' || c == '{' || c == '}' || c < 0x20:
-			return "", false
-		case c == '\\':
-			if i+1 >= len(t) {
-				return "", false
-			}
-			switch t[i+1] {
-			case '"', '\\':
-				b.WriteByte(t[i+1])
-				i += 2
-			case 'u':
-				if i+6 > len(t) || t[i+2:i+4] != "00" {
-					return "", false
-				}
-				v, err := strconv.ParseUint(t[i+4:i+6], 16, 8)
-				if err != nil {
-					return "", false
-				}
-				b.WriteByte(byte(v))
-				i += 6
-			default:
-				return "", false
-			}
-		case c < utf8.RuneSelf:
-			b.WriteByte(c)
-			i++
-		default:
-			r, size := utf8.DecodeRuneInString(t[i:])
-			if r == utf8.RuneError && size == 1 {
-				return "", false
-			}
-			b.WriteString(t[i : i+size])
-			i += size
-		}
-	}
-	return b.String(), true
-}
