@@ -313,4 +313,3 @@ func logKeyShape(prefix string) (head, tail string) {
 	}
 	return x[:i], x[len(x)-j:]
 }
-
