@@ -237,6 +237,10 @@ func (p *process) waitReady(timeout time.Duration) error {
 		if err == nil && reply == "PONG" {
 			return nil
 		}
+		// A server started with --requirepass answers, refusing: it is up.
+		if err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
+			return nil
+		}
 		if err == nil {
 			err = fmt.Errorf("unexpected PING reply %q", reply)
 		}

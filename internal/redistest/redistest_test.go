@@ -193,3 +193,11 @@ func TestRequireReal(t *testing.T) {
 	t.Setenv("CI", "")
 	assert.False(t, redistest.RequireReal())
 }
+
+func TestSpawnServerWithPassword(t *testing.T) {
+	in := redistest.SpawnServer(t, "--requirepass", "secret")
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{in.Addr()}, Password: "secret", ForceSingleClient: true, DisableCache: true})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Do(ctx(t), c.B().Ping().Build()).Error())
+}
