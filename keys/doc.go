@@ -31,11 +31,10 @@
 //	cursors              hash        lane and log cursor records, fields keyed by
 //	                                 cursor id (see LaneCursorID, LogCursorID and
 //	                                 the Cursor* suffixes)
-//	runnable             zset        every cursor with a head, score = head index;
-//	                                 index + HeldOffset while a claim or retry
-//	                                 hold holds it; -index while dead-lettered
-//	leases               zset        cursors whose head is held, score = when the
-//	                                 claim lapses or the retry hold ends
+//	runnable             zset        every cursor with a head, score = head index
+//	                                 while free to claim; HeldOffset + when the
+//	                                 claim lapses or the retry hold ends while
+//	                                 held; -index while dead-lettered
 //	live                 string      number of live (not dead-lettered) heads
 //	typed                string      JSON {type: [from, last]} of the types log
 //	                                 cursors read (the lazily built type indexes)

@@ -34,7 +34,7 @@ var trickyStrings = []string{
 }
 
 // keyKinds is the number of key/channel kinds keyOf knows.
-const keyKinds = 18
+const keyKinds = 17
 
 // keyOf builds key kind k of session s. It also returns the part of
 // (arg, n) that the key actually depends on, so that callers can compare
@@ -73,8 +73,7 @@ func keyOf(s Session, k uint8, arg string, n int64) (key string, input string) {
 		return s.Live(), "live"
 	case 15:
 		return s.NotifyChannel(), "notifychannel"
-	case 16:
-		return s.Leases(), "leases"
+
 	default:
 		return s.PresenceChannel(), "presencechannel"
 	}

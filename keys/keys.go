@@ -126,16 +126,14 @@ func (s Session) Heads(chunk int64) string {
 func (s Session) Cursors() string { return s.base + "cursors" }
 
 // Runnable is the zset of every cursor with a head, scored by the head's
-// index: plus HeldOffset while a claim or retry hold holds it, negated while
-// it is dead-lettered.
+// index while it is free to claim, HeldOffset + the time (epoch ms) its
+// claim lapses or its retry hold ends while it is held, and minus its index
+// while it is dead-lettered.
 func (s Session) Runnable() string { return s.base + "runnable" }
 
-// Leases is the zset of the cursors whose head is held, scored by when the
-// claim lapses or the retry hold ends (epoch milliseconds).
-func (s Session) Leases() string { return s.base + "leases" }
-
-// HeldOffset is added to a held head's runnable score, so that a scan of
-// the scores 1 … HeldOffset-1 finds exactly the heads free to claim.
+// HeldOffset marks held heads in the runnable set: a scan of the scores
+// 1 … HeldOffset-1 finds exactly the heads free to claim, and the held ones
+// sort by when they free up.
 const HeldOffset = 1 << 50
 
 // Typed is the key recording which event types occur in the session.

@@ -2,9 +2,9 @@
 -- claim: claims a session's runnable heads for a holder. Every eligible head
 -- (live, served, not excluded, at or below `through`, not held by an
 -- unexpired claim or retry hold) is claimed, lowest index first, up to
--- `limit`; each claim bumps the head's attempt. Free heads are found by
--- their runnable score (held heads score above HELD), lapsed holds through
--- the lease set, so a claim never scans the heads others hold. A head whose claim lapsed
+-- `limit`; each claim bumps the head's attempt. Free heads score 1 … HELD-1
+-- in the runnable set and held ones HELD + when they free up, so a claim
+-- finds both by score and never scans the heads others hold. A head whose claim lapsed
 -- counts a failure when taken over, and dead-letters without running once
 -- failures reach max_failures.
 --
@@ -65,22 +65,39 @@ while #candidates < limit do
   if #page < page_size * 2 then break end
   offset = offset + page_size
 end
--- Held heads whose claim lapsed or whose retry hold ended, earliest first.
+-- The heads of held cursors: an event cursor names its head; a lane or
+-- log cursor's head is in its record. One HMGET for a page of them.
+local function held_heads(cids)
+  local heads, names, at = {}, {}, {}
+  for i, cid in ipairs(cids) do
+    local _, tag = parse_cid(cid)
+    if string.sub(tag, 1, 1) == '#' then
+      heads[i] = tonumber(string.sub(tag, 2))
+    else
+      names[#names + 1] = cid .. ':h'
+      at[#names] = i
+    end
+  end
+  if #names > 0 then
+    local values = redis.call('HMGET', CURSORS, unpack(names))
+    for k, value in ipairs(values) do heads[at[k]] = tonumber(value or '') end
+  end
+  return heads
+end
+
+-- Held heads whose claim lapsed or whose retry hold ended (held scores up
+-- to HELD + now), earliest first. Every one is read (they are few: holds
+-- that ended unfinished), so the claim still takes the lowest indexes; a
+-- pile larger than EXPIRED_SCAN is taken over in pieces, earliest first.
 offset = 0
--- Every one is read (they are few: holds that ended unfinished), so the
--- claim still takes the lowest indexes; a pile larger than EXPIRED_SCAN is
--- taken over in pieces, earliest hold first.
 local EXPIRED_SCAN = math.max(1024, limit * 4)
 while offset < EXPIRED_SCAN do
-  local page = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', offset, page_size)
+  local page = redis.call('ZRANGEBYSCORE', READY, '(' .. int(HELD), HELD + now, 'LIMIT', offset, page_size)
   if #page == 0 then break end
-  local scores = redis.call('ZMSCORE', READY, unpack(page))
+  local heads = held_heads(page)
   for i, cid in ipairs(page) do
-    if scores[i] then
-      local idx, held = head_of(tonumber(scores[i]))
-      local candidate = held and candidate_of(cid, idx)
-      if candidate then candidates[#candidates + 1] = candidate end
-    end
+    local candidate = heads[i] and candidate_of(cid, heads[i])
+    if candidate then candidates[#candidates + 1] = candidate end
   end
   if #page < page_size then break end
   offset = offset + page_size
@@ -90,15 +107,14 @@ if #candidates == 0 then
   -- Busy when a served head is held: report when the first hold ends.
   offset = 0
   while true do
-    local page = redis.call('ZRANGEBYSCORE', LEASES, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', offset, page_size)
+    local page = redis.call('ZRANGEBYSCORE', READY, '(' .. int(HELD + now), '+inf', 'WITHSCORES', 'LIMIT', offset, page_size)
     if #page == 0 then return { 'settled' } end
     local cids = {}
     for i = 1, #page, 2 do cids[#cids + 1] = page[i] end
-    local scores = redis.call('ZMSCORE', READY, unpack(cids))
+    local heads = held_heads(cids)
     for i = 1, #cids do
-      if scores[i] then
-        local idx, held = head_of(tonumber(scores[i]))
-        if held and candidate_of(cids[i], idx) then return { 'busy', page[i * 2] } end
+      if heads[i] and candidate_of(cids[i], heads[i]) then
+        return { 'busy', int(tonumber(page[i * 2]) - HELD) }
       end
     end
     if #page < page_size * 2 then return { 'settled' } end
@@ -116,7 +132,7 @@ local rows = read_rows(candidates, { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lf
 for position, candidate in ipairs(candidates) do
   if #taken == limit then break end
   local row = rows[position]
-  -- The runnable and lease sets mirror the row's expiry; the row decides.
+  -- The runnable score mirrors the row's expiry; the row decides.
   if tonumber(row[5] or '0') <= now then
     taken[#taken + 1] = { candidate = candidate, row = row }
   end
@@ -167,7 +183,6 @@ for _, take in ipairs(taken) do
     drop_row(idx, at, 'ch')
     drop_row(idx, at, 'ce')
     ready_set(candidate.cid, -idx, -1)
-    lease_set(candidate.cid, false)
     release_pins(idx, at, row[11])
     columns = { attempt, row[2], row[3], false, false, int(failures), row[7], row[8], row[9], ARGV[2] }
   else
@@ -176,7 +191,7 @@ for _, take in ipairs(taken) do
     put_row(idx, at, 'lc', ARGV[2])
     put_row(idx, at, 'ch', holder)
     put_row(idx, at, 'ce', expires_at)
-    hold(candidate.cid, idx, tonumber(expires_at))
+    hold(candidate.cid, tonumber(expires_at))
     columns = { attempt, first_claimed, ARGV[2], holder, expires_at, int(failures), row[7], row[8], row[9], false }
   end
   reply[#reply + 1] = { candidate.consumer, candidate.kind, int(idx), columns, entries[idx] }

@@ -1,7 +1,7 @@
 --@include session
 -- clear: ends a session's lifetime by appending a clear marker event. Every
 -- event at or below the marker belongs to a past lifetime: no head survives
--- (the runnable and lease sets and the live count go), lane and log cursors are reset
+-- (the runnable set and the live count go), lane and log cursors are reset
 -- lazily against the marker, reads start at it, and its ids are free again.
 -- The old entries stay in the log until reclaim deletes them.
 --
@@ -44,6 +44,6 @@ local idx = int(head + 1)
 redis.call('XADD', LOG, idx .. '-0',
   'id', ARGV[7], 'type', CLEAR_TYPE, 'payload', 'null',
   'created_at', ARGV[1], 'cause', '')
-redis.call('UNLINK', READY, LIVE, LEASES)
+redis.call('UNLINK', READY, LIVE)
 redis.call('MSET', id_key(ARGV[7]), idx, COUNTER, idx, CLEAR, idx)
 return { 'ok', '1', idx, idx, '1' }

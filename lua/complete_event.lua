@@ -31,7 +31,6 @@ if tonumber(row[1] or '0') ~= attempt or not row[4] or row[5] or row[6] ~= '#' t
 end
 local cid = cid_of(consumer, '#' .. int(idx))
 ready_set(cid, false, -1)
-lease_set(cid, false)
 put_row(idx, at, 'p', processed(ARGV[1], ARGV[4]))
 -- The head row keeps only its completion record.
 local spent = { 'd', 'fc', 'lc', 'ch', 'ce', 'l' }

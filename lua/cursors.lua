@@ -23,11 +23,11 @@ for _, cid in ipairs(order) do
     listed[#listed + 1] = { consumer, tag, position, head }
   end
 end
-local ready = redis.call('ZRANGE', READY, 0, -1, 'WITHSCORES')
-for i = 1, #ready, 2 do
-  local consumer, tag = parse_cid(ready[i])
+-- An event cursor's id names its head.
+for _, cid in ipairs(redis.call('ZRANGE', READY, 0, -1)) do
+  local consumer, tag = parse_cid(cid)
   if string.sub(tag, 1, 1) == '#' then
-    local head = head_of(tonumber(ready[i + 1]))
+    local head = tonumber(string.sub(tag, 2))
     listed[#listed + 1] = { consumer, '#', head - 1, head }
   end
 end

@@ -43,15 +43,13 @@ if dead then
   put_row(idx, at, 'f', ARGV[7])
   drop_row(idx, at, 'ce')
   ready_set(cid, -idx, -1)
-  lease_set(cid, false)
   release_pins(idx, at, row[8])
 elseif ARGV[8] ~= '' then
   put_row(idx, at, 'ce', ARGV[8])
-  hold(cid, idx, tonumber(ARGV[8]))
+  hold(cid, tonumber(ARGV[8]))
 else
   drop_row(idx, at, 'ce')
   ready_set(cid, idx, 0)
-  lease_set(cid, false)
 end
 commit()
 return { dead and 'dead_lettered' or 'failed', int(failures) }

@@ -40,7 +40,6 @@ else
   drop_row(idx, at, 'f')
   drop_row(idx, at, 'a')
   ready_set(cid, idx, 1)
-  lease_set(cid, false)
 end
 commit()
 return reply('1')

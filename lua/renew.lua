@@ -40,7 +40,7 @@ for k, item in ipairs(items) do
   elseif attempt == item.attempt and tonumber(expires_at) > now and
          not row[4] and row[5] == holder and tonumber(row[2] or '0') > now then
     put_row(item.idx, item.row, 'ce', expires_at)
-    lease_set(cid_for(item.consumer, row[6], item.idx), tonumber(expires_at))
+    hold(cid_for(item.consumer, row[6], item.idx), tonumber(expires_at))
     renewed[#renewed + 1] = int(item.position)
   end
 end

@@ -201,7 +201,6 @@ local function advance(consumer, kind, idx, row_next, batch, was_live)
   if kind == '#' then
     local cid = cid_of(consumer, '#' .. int(idx))
     ready_set(cid, false, -before)
-    lease_set(cid, false)
     return true
   end
   local cid = cid_of(consumer, kind)
@@ -244,7 +243,6 @@ local function advance(consumer, kind, idx, row_next, batch, was_live)
   state.exists = true
   state.dirty = true
   ready_set(cid, next_head, (next_head and 1 or 0) - before)
-  lease_set(cid, false)
   return true
 end
 

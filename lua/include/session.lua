@@ -9,7 +9,7 @@ local COUNTER = KEYS[1]
 local SESSION = string.sub(COUNTER, 1, -6)
 local LOG, CLEAR, LIVE = SESSION .. 'log', SESSION .. 'clear', SESSION .. 'live'
 local READY, CURSORS = SESSION .. 'runnable', SESSION .. 'cursors'
-local PINS, TYPED, LEASES = SESSION .. 'pins', SESSION .. 'typed', SESSION .. 'leases'
+local PINS, TYPED = SESSION .. 'pins', SESSION .. 'typed'
 
 -- Bounds, filled by read_bounds: the session head, the latest clear marker,
 -- the number of live (runnable, not dead-lettered) heads, and the typed-type
@@ -147,7 +147,6 @@ end
 local strings = {}
 local hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}
 local ready_changes, ready_order = {}, {}
-local lease_changes, lease_order = {}, {}
 
 local function mark(key, value)
   strings[#strings + 1] = key
@@ -191,23 +190,10 @@ local function ready_set(cid, score, delta)
   end
 end
 
--- Sets when a cursor's hold ends (a claim's expiry or a retry hold), or
--- false when its head is not held.
-local function lease_set(cid, until_ms)
-  if lease_changes[cid] == nil then lease_order[#lease_order + 1] = cid end
-  lease_changes[cid] = until_ms
-end
-
--- Holds a cursor's live head at idx until `until_ms`: claims skip it.
-local function hold(cid, idx, until_ms)
-  ready_set(cid, idx + HELD, 0)
-  lease_set(cid, until_ms)
-end
-
--- The head index a runnable score names, and whether it is held.
-local function head_of(score)
-  if score > HELD then return score - HELD, true end
-  return math.abs(score), false
+-- Holds a cursor's live head until `until_ms` (a claim's expiry or a
+-- retry hold): claims skip it until then.
+local function hold(cid, until_ms)
+  ready_set(cid, HELD + until_ms, 0)
 end
 
 -- Sends a zset's buffered changes: member → score, or false to remove.
@@ -233,10 +219,8 @@ local function commit()
   for _, key in ipairs(hset_order) do sliced('HSET', key, hsets[key]) end
   for _, key in ipairs(hdel_order) do sliced('HDEL', key, hdels[key]) end
   flush_scores(READY, ready_changes, ready_order)
-  flush_scores(LEASES, lease_changes, lease_order)
   strings, hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}, {}
   ready_changes, ready_order, live_dirty, typed_dirty = {}, {}, false, false
-  lease_changes, lease_order = {}, {}
 end
 
 -- Releases the snapshot pins a head row holds (a JSON list of refs, each

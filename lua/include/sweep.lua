@@ -77,7 +77,7 @@ local function sweep()
     return
   end
   -- Snapshots taken at the marker belong to the new lifetime and stay.
-  local gone = { COUNTER, TYPED, PINS, LIVE, LEASES, chunk_key(boundary) }
+  local gone = { COUNTER, TYPED, PINS, LIVE, chunk_key(boundary) }
   for name in pairs(typed) do gone[#gone + 1] = type_key(name) end
   local marker = redis.call('XRANGE', LOG, int(boundary) .. '-0', int(boundary) .. '-0')[1]
   if marker then

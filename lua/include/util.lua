@@ -6,8 +6,10 @@
 -- keys.HeadChunkSize must match (a test checks).
 local CLEAR_TYPE = 'a2.clear'
 local CHUNK = 1000
--- HELD is added to a held head's runnable score (keys.HeldOffset), so the
--- scores 1 … HELD-1 are exactly the heads free to claim.
+-- HELD marks a held head in the runnable set (keys.HeldOffset): its score
+-- is HELD + the time its claim lapses or its retry hold ends, so the scores
+-- 1 … HELD-1 are exactly the heads free to claim, and the held ones sort by
+-- when they free up.
 local HELD = 1125899906842624
 
 -- Integers as decimal text. tostring() and `..` format numbers with %.14g on
