@@ -121,6 +121,9 @@ func (s *Store) appendResult(ctx context.Context, session string, events []a2red
 			last = max(last, ev.Index)
 			stored = append(stored, ev)
 		}
+		if len(stored) != len(batch) {
+			return AppendResult{}, fmt.Errorf("%w: append replayed %d of %d events", a2redis.ErrUnexpectedReply, len(stored), len(batch))
+		}
 		// The first try may have committed without publishing its wake-up.
 		s.publish(ctx, session, notify.EncodeBare(last))
 		return AppendResult{Events: stored, Replayed: true, HasPending: word(reply, 1) == "1"}, nil

@@ -402,6 +402,9 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 			last = max(last, ev.Index)
 			stored = append(stored, ev)
 		}
+		if len(stored) != len(batch) {
+			return CompleteResult{}, fmt.Errorf("%w: completion replayed %d of %d events", a2redis.ErrUnexpectedReply, len(stored), len(batch))
+		}
 		if last > 0 {
 			s.publish(ctx, req.Session, notify.EncodeBare(last))
 		}
