@@ -43,7 +43,7 @@ func BenchmarkFeedLatency(b *testing.B) {
 			return nil
 		})
 	}()
-	for e.src.reads.Load() < 1 {
+	for e.src.done.Load() < 1 {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond)

@@ -36,11 +36,14 @@ type env struct {
 // countingSource counts the catch-up reads a feed makes.
 type countingSource struct {
 	*redisstore.Store
-	reads atomic.Int64
+	reads, done atomic.Int64
 }
 
+// ReadPages counts the reads begun (reads) and finished (done): a test that
+// waits for n finished reads knows the feed is past them.
 func (c *countingSource) ReadPages(ctx context.Context, session string, after, through int64, fn func([]a2redis.StoredEvent) error) error {
 	c.reads.Add(1)
+	defer c.done.Add(1)
 	return c.Store.ReadPages(ctx, session, after, through, fn)
 }
 
@@ -177,9 +180,9 @@ func appendBatch(t *testing.T, e *env, session string, n int, tag string) []a2re
 func waitReads(t *testing.T, e *env, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for e.src.reads.Load() < n {
+	for e.src.done.Load() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("the feed made %d catch-up reads, want %d", e.src.reads.Load(), n)
+			t.Fatalf("the feed finished %d catch-up reads, want %d", e.src.done.Load(), n)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
