@@ -78,11 +78,8 @@ func newEnv(t *testing.T, tg target, mutate ...func(*redisstore.Config)) *env {
 }
 
 // each runs fn against every target, in parallel subtests.
-func each(t *testing.T, fn func(t *testing.T, e *env), skipCluster ...bool) {
+func each(t *testing.T, fn func(t *testing.T, e *env)) {
 	for _, tg := range targets {
-		if tg.cluster && len(skipCluster) > 0 && skipCluster[0] {
-			continue
-		}
 		t.Run(tg.name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, newEnv(t, tg))

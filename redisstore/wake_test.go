@@ -22,7 +22,6 @@ func subscribe(t *testing.T, e *env, session string) <-chan notify.Message {
 	conn, release := e.client.Dedicate()
 	t.Cleanup(release)
 	out := make(chan notify.Message, 16)
-	ready := make(chan struct{})
 	ctx, cancel := context.WithCancel(e.ctx)
 	t.Cleanup(cancel)
 	go func() {
@@ -33,24 +32,29 @@ func subscribe(t *testing.T, e *env, session string) <-chan notify.Message {
 			}
 		})
 	}()
-	// Wait until the subscription is live: probe until a publish reaches it.
-	go func() {
-		defer close(ready)
-		for i := 0; i < 200; i++ {
-			n, _ := e.client.Do(e.ctx, e.client.B().Publish().Channel(keysFor(e, session).NotifyChannel()).Message(`{"f":0}`).Build()).AsInt64()
-			if n > 0 {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	<-ready
-	// Drain the probes.
+	// Wait until the subscription is live: probe until a probe arrives (on a
+	// cluster PUBLISH counts only the local node's subscribers, so its reply
+	// can't tell).
+	probe := `{"f":-1}`
+	deadline := time.Now().Add(10 * time.Second)
 	for {
+		require.NoError(t, e.client.Do(e.ctx, e.client.B().Publish().Channel(keysFor(e, session).NotifyChannel()).Message(probe).Build()).Error())
 		select {
-		case <-out:
-		case <-time.After(100 * time.Millisecond):
-			return out
+		case m := <-out:
+			if m.Frontier == -1 {
+				// Drain the other probes in flight.
+				for {
+					select {
+					case <-out:
+					case <-time.After(100 * time.Millisecond):
+						return out
+					}
+				}
+			}
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription never went live")
 		}
 	}
 }
@@ -100,7 +104,7 @@ func TestWakeUpsCarryTheEvents(t *testing.T) {
 		require.Len(t, m.Entries, 1)
 		assert.Equal(t, a2redis.ClearEventType, m.Entries[0].Type)
 		assert.Equal(t, int64(43), m.Entries[0].Index)
-	}, true)
+	})
 }
 
 func TestFailedPublishNeverFailsTheWrite(t *testing.T) {
