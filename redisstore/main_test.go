@@ -42,13 +42,12 @@ func (c *clock) Advance(d time.Duration) {
 type target struct {
 	name    string
 	client  func(t *testing.T) rueidis.Client
-	cluster bool
 }
 
 var targets = []target{
 	{name: "miniredis", client: func(t *testing.T) rueidis.Client { _, c := redistest.Miniredis(t); return c }},
 	{name: "redis", client: func(t *testing.T) rueidis.Client { return redistest.Server(t) }},
-	{name: "cluster", client: func(t *testing.T) rueidis.Client { return redistest.Cluster(t) }, cluster: true},
+	{name: "cluster", client: func(t *testing.T) rueidis.Client { return redistest.Cluster(t) }},
 }
 
 // env is one test's store on its own prefix.
