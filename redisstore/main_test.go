@@ -40,8 +40,8 @@ func (c *clock) Advance(d time.Duration) {
 
 // target is a server kind the store's tests run against.
 type target struct {
-	name    string
-	client  func(t *testing.T) rueidis.Client
+	name   string
+	client func(t *testing.T) rueidis.Client
 }
 
 var targets = []target{
