@@ -178,62 +178,29 @@ func (p prepared) stored(session string, index, now int64, cause *a2redis.Cause)
 
 // prepare validates a batch and fills in generated ids and null payloads.
 func (s *Store) prepare(events []a2redis.Event, arg string) ([]prepared, error) {
-	if len(events) > s.cfg.MaxBatch {
-		return nil, a2redis.Invalid(arg, "holds %d events, more than the maximum batch of %d", len(events), s.cfg.MaxBatch)
+	valid, err := check.Batch(events, arg, s.cfg.MaxBatch, s.cfg.IDs)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]prepared, len(events))
-	seen := make(map[string]int, len(events))
-	for i, e := range events {
-		at := fmt.Sprintf("%s[%d]", arg, i)
-		if err := checkType(at+".Type", e.Type); err != nil {
-			return nil, err
-		}
-		payload := e.Payload
-		if len(payload) == 0 {
-			payload = json.RawMessage("null")
-		} else if !json.Valid(payload) {
-			return nil, a2redis.Invalid(at+".Payload", "is not valid JSON")
-		}
-		id := e.ID
-		if id == "" {
-			id = s.cfg.IDs()
-		}
-		if j, dup := seen[id]; dup {
-			return nil, a2redis.Invalid(at+".ID", "repeats the id of %s[%d] (%q)", arg, j, id)
-		}
-		seen[id] = i
-		targets, err := targetsArg(at+".Targets", e.Targets)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = prepared{id: id, typ: e.Type, payload: payload, targets: targets}
+	out := make([]prepared, len(valid))
+	for i, e := range valid {
+		out[i] = prepared{id: e.ID, typ: e.Type, payload: e.Payload, targets: targetsArg(events[i].Targets)}
 	}
 	return out, nil
 }
 
-// targetsArg encodes targets as [[consumer, tag], ...], or ” for none.
-func targetsArg(arg string, targets []a2redis.Target) (string, error) {
+// targetsArg encodes validated targets as [[consumer, tag], ...], or ” for
+// none.
+func targetsArg(targets []a2redis.Target) string {
 	if len(targets) == 0 {
-		return "", nil
+		return ""
 	}
 	pairs := make([][2]string, len(targets))
-	seen := make(map[a2redis.Target]bool, len(targets))
 	for i, t := range targets {
-		at := fmt.Sprintf("%s[%d]", arg, i)
-		if err := checkName(at+".Consumer", t.Consumer); err != nil {
-			return "", err
-		}
-		if err := checkLane(at+".Lane", t.Lane); err != nil {
-			return "", err
-		}
-		if seen[t] {
-			return "", a2redis.Invalid(at, "repeats target %q lane %q", t.Consumer, t.Lane)
-		}
-		seen[t] = true
 		pairs[i] = [2]string{t.Consumer, tagOf(t.Lane)}
 	}
 	raw, _ := json.Marshal(pairs)
-	return string(raw), nil
+	return string(raw)
 }
 
 var (

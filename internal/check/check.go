@@ -4,6 +4,8 @@
 package check
 
 import (
+	"encoding/json"
+	"fmt"
 	"unicode/utf8"
 
 	"github.com/a2redis/a2redis"
@@ -63,6 +65,71 @@ func Cause(arg string, c a2redis.Cause) error {
 	}
 	if c.Attempt < 1 {
 		return a2redis.Invalid(arg+".Attempt", "must be at least 1 (got %d)", c.Attempt)
+	}
+	return nil
+}
+
+// Event is one validated event of a batch: its id (generated when the
+// caller gave none) and its payload (JSON null when the caller gave none).
+type Event struct {
+	ID      string
+	Type    string
+	Payload json.RawMessage
+}
+
+// Batch validates a batch of events — at most maxBatch, each with a valid
+// type, a JSON payload, an id unique in the batch, and valid, non-repeated
+// targets — and fills in ids from ids() in order and null payloads. arg
+// names the batch in errors.
+func Batch(events []a2redis.Event, arg string, maxBatch int, ids func() string) ([]Event, error) {
+	if len(events) > maxBatch {
+		return nil, a2redis.Invalid(arg, "holds %d events, more than the maximum batch of %d", len(events), maxBatch)
+	}
+	out := make([]Event, len(events))
+	seen := make(map[string]int, len(events))
+	for i, e := range events {
+		at := fmt.Sprintf("%s[%d]", arg, i)
+		if err := Type(at+".Type", e.Type); err != nil {
+			return nil, err
+		}
+		payload := e.Payload
+		if len(payload) == 0 {
+			payload = json.RawMessage("null")
+		} else if !json.Valid(payload) {
+			return nil, a2redis.Invalid(at+".Payload", "is not valid JSON")
+		}
+		id := e.ID
+		if id == "" {
+			id = ids()
+		}
+		if j, dup := seen[id]; dup {
+			return nil, a2redis.Invalid(at+".ID", "repeats the id of %s[%d] (%q)", arg, j, id)
+		}
+		seen[id] = i
+		if err := Targets(at+".Targets", e.Targets); err != nil {
+			return nil, err
+		}
+		out[i] = Event{ID: id, Type: e.Type, Payload: payload}
+	}
+	return out, nil
+}
+
+// Targets refuses a target without a consumer, with a non-UTF-8 lane, or
+// named twice.
+func Targets(arg string, targets []a2redis.Target) error {
+	seen := make(map[a2redis.Target]bool, len(targets))
+	for i, t := range targets {
+		at := fmt.Sprintf("%s[%d]", arg, i)
+		if err := Name(at+".Consumer", t.Consumer); err != nil {
+			return err
+		}
+		if err := Lane(at+".Lane", t.Lane); err != nil {
+			return err
+		}
+		if seen[t] {
+			return a2redis.Invalid(at, "repeats target %q lane %q", t.Consumer, t.Lane)
+		}
+		seen[t] = true
 	}
 	return nil
 }

@@ -85,45 +85,13 @@ type prepared struct {
 }
 
 func (m *Store) prepare(events []a2redis.Event, arg string) ([]prepared, error) {
-	if len(events) > m.cfg.MaxBatch {
-		return nil, a2redis.Invalid(arg, "holds %d events, more than the maximum batch of %d", len(events), m.cfg.MaxBatch)
+	valid, err := check.Batch(events, arg, m.cfg.MaxBatch, m.cfg.IDs)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]prepared, len(events))
-	seen := make(map[string]int, len(events))
-	for i, e := range events {
-		at := fmt.Sprintf("%s[%d]", arg, i)
-		if err := checkType(at+".Type", e.Type); err != nil {
-			return nil, err
-		}
-		payload := e.Payload
-		if len(payload) == 0 {
-			payload = json.RawMessage("null")
-		} else if !json.Valid(payload) {
-			return nil, a2redis.Invalid(at+".Payload", "is not valid JSON")
-		}
-		id := e.ID
-		if id == "" {
-			id = m.cfg.IDs()
-		}
-		if j, dup := seen[id]; dup {
-			return nil, a2redis.Invalid(at+".ID", "repeats the id of %s[%d] (%q)", arg, j, id)
-		}
-		seen[id] = i
-		targets := make(map[a2redis.Target]bool, len(e.Targets))
-		for j, t := range e.Targets {
-			tat := fmt.Sprintf("%s.Targets[%d]", at, j)
-			if err := checkName(tat+".Consumer", t.Consumer); err != nil {
-				return nil, err
-			}
-			if err := checkLane(tat+".Lane", t.Lane); err != nil {
-				return nil, err
-			}
-			if targets[t] {
-				return nil, a2redis.Invalid(tat, "repeats target %q lane %q", t.Consumer, t.Lane)
-			}
-			targets[t] = true
-		}
-		out[i] = prepared{id: id, typ: e.Type, payload: append(json.RawMessage(nil), payload...), targets: append([]a2redis.Target(nil), e.Targets...)}
+	out := make([]prepared, len(valid))
+	for i, e := range valid {
+		out[i] = prepared{id: e.ID, typ: e.Type, payload: append(json.RawMessage(nil), e.Payload...), targets: append([]a2redis.Target(nil), events[i].Targets...)}
 	}
 	return out, nil
 }
