@@ -8,11 +8,11 @@ import (
 	"sort"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 )
 
 // This file is the storage half of presence (package presence is the API):
@@ -101,30 +101,9 @@ func (s *Store) PresenceSet(ctx context.Context, session string, w PresenceWrite
 	if err := checkSession(session); err != nil {
 		return nil, err
 	}
-	if err := checkName("Participant", w.Participant); err != nil {
+	names, err := check.Presence(w.Participant, w.At, w.TTL, w.Values, s.cfg.MaxBatch)
+	if err != nil {
 		return nil, err
-	}
-	if w.At.IsZero() {
-		return nil, a2redis.Invalid("At", "is zero: the sender's clock orders presence writes")
-	}
-	if w.TTL <= 0 {
-		return nil, a2redis.Invalid("TTL", "must be positive (got %v)", w.TTL)
-	}
-	if len(w.Values) > s.cfg.MaxBatch {
-		return nil, a2redis.Invalid("Values", "holds %d fields, more than the maximum batch of %d", len(w.Values), s.cfg.MaxBatch)
-	}
-	names := make([]string, 0, len(w.Values))
-	for name, value := range w.Values {
-		if name == "" {
-			return nil, a2redis.Invalid("Values", "has an empty field name")
-		}
-		if !utf8.ValidString(name) {
-			return nil, a2redis.Invalid(fmt.Sprintf("Values[%q]", name), "field name is not valid UTF-8")
-		}
-		if len(value) > 0 && !json.Valid(value) {
-			return nil, a2redis.Invalid(fmt.Sprintf("Values[%q]", name), "is not valid JSON")
-		}
-		names = append(names, name)
 	}
 	if len(names) == 0 {
 		return []string{}, nil

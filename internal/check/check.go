@@ -6,6 +6,7 @@ package check
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/a2redis/a2redis"
@@ -132,4 +133,36 @@ func Targets(arg string, targets []a2redis.Target) error {
 		seen[t] = true
 	}
 	return nil
+}
+
+// Presence validates a presence write — a participant, the sender's at, a
+// positive TTL, at most maxBatch fields, each named (valid UTF-8) with a
+// JSON value or none (a tombstone) — and returns the field names.
+func Presence(participant string, at time.Time, ttl time.Duration, values map[string]json.RawMessage, maxBatch int) ([]string, error) {
+	if err := Name("Participant", participant); err != nil {
+		return nil, err
+	}
+	if at.IsZero() {
+		return nil, a2redis.Invalid("At", "is zero: the sender's clock orders presence writes")
+	}
+	if ttl <= 0 {
+		return nil, a2redis.Invalid("TTL", "must be positive (got %v)", ttl)
+	}
+	if len(values) > maxBatch {
+		return nil, a2redis.Invalid("Values", "holds %d fields, more than the maximum batch of %d", len(values), maxBatch)
+	}
+	names := make([]string, 0, len(values))
+	for name, value := range values {
+		if name == "" {
+			return nil, a2redis.Invalid("Values", "has an empty field name")
+		}
+		if !utf8.ValidString(name) {
+			return nil, a2redis.Invalid(fmt.Sprintf("Values[%q]", name), "field name is not valid UTF-8")
+		}
+		if len(value) > 0 && !json.Valid(value) {
+			return nil, a2redis.Invalid(fmt.Sprintf("Values[%q]", name), "is not valid JSON")
+		}
+		names = append(names, name)
+	}
+	return names, nil
 }
