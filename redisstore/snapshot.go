@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 )
 
 // SnapshotWrite is one snapshot of a reducer's state.
@@ -90,63 +90,20 @@ func (s *Store) PutSnapshots(ctx context.Context, session, reducer string, write
 	if err := checkName("reducer", reducer); err != nil {
 		return err
 	}
-	if len(writes) > s.cfg.MaxBatch {
-		return a2redis.Invalid("writes", "holds %d writes, more than the maximum batch of %d", len(writes), s.cfg.MaxBatch)
+	sorted, err := check.Snapshots(len(writes), s.cfg.MaxBatch, func(i int) (int64, json.RawMessage, []a2redis.HeadRef) {
+		return writes[i].Index, writes[i].State, writes[i].Pins
+	})
+	if err != nil {
+		return err
 	}
-	type merged struct {
-		index int64
-		state json.RawMessage
-		pins  []a2redis.HeadRef
-		seen  map[a2redis.HeadRef]bool
-	}
-	byIndex := make(map[int64]*merged, len(writes))
-	for i, w := range writes {
-		at := fmt.Sprintf("writes[%d]", i)
-		if w.Index < 0 {
-			return a2redis.Invalid(at+".Index", "is negative (%d)", w.Index)
-		}
-		if len(w.State) == 0 {
-			return a2redis.Invalid(at+".State", "is empty (store JSON null explicitly)")
-		}
-		if !json.Valid(w.State) {
-			return a2redis.Invalid(at+".State", "is not valid JSON")
-		}
-		m := byIndex[w.Index]
-		if m == nil {
-			m = &merged{index: w.Index, seen: map[a2redis.HeadRef]bool{}}
-			byIndex[w.Index] = m
-		}
-		m.state = w.State
-		for j, pin := range w.Pins {
-			pinAt := fmt.Sprintf("%s.Pins[%d]", at, j)
-			if err := checkName(pinAt+".Consumer", pin.Consumer); err != nil {
-				return err
-			}
-			if err := checkLane(pinAt+".Lane", pin.Lane); err != nil {
-				return err
-			}
-			if pin.Index < 1 {
-				return a2redis.Invalid(pinAt+".Index", "must be at least 1 (got %d)", pin.Index)
-			}
-			if !m.seen[pin] {
-				m.seen[pin] = true
-				m.pins = append(m.pins, pin)
-			}
-		}
-	}
-	if len(byIndex) == 0 {
+	if len(sorted) == 0 {
 		return nil
 	}
-	sorted := make([]*merged, 0, len(byIndex))
-	for _, m := range byIndex {
-		sorted = append(sorted, m)
-	}
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].index < sorted[j].index })
 	args := make([]string, 0, 2+len(sorted)*3)
 	args = append(args, reducer, itoa(int64(len(sorted))))
 	for _, m := range sorted {
-		args = append(args, itoa(m.index), snapshotText(m.index, m.state), itoa(int64(len(m.pins))))
-		for _, pin := range m.pins {
+		args = append(args, itoa(m.Index), snapshotText(m.Index, m.State), itoa(int64(len(m.Pins))))
+		for _, pin := range m.Pins {
 			args = append(args, pin.Consumer, tagOf(pin.Lane), itoa(pin.Index))
 		}
 	}

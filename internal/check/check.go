@@ -6,6 +6,7 @@ package check
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 	"unicode/utf8"
 
@@ -165,4 +166,65 @@ func Presence(participant string, at time.Time, ttl time.Duration, values map[st
 		names = append(names, name)
 	}
 	return names, nil
+}
+
+// Snapshot is one merged snapshot write: the last state written at its
+// index, with every pin any write at that index named, once.
+type Snapshot struct {
+	Index int64
+	State json.RawMessage
+	Pins  []a2redis.HeadRef
+}
+
+// Snapshots validates n snapshot writes (write(i) gives the i-th) — at most
+// maxBatch, each at an index ≥ 0 with a JSON state and pins naming real
+// heads — and merges them per index, sorted by index.
+func Snapshots(n, maxBatch int, write func(i int) (index int64, state json.RawMessage, pins []a2redis.HeadRef)) ([]Snapshot, error) {
+	if n > maxBatch {
+		return nil, a2redis.Invalid("writes", "holds %d writes, more than the maximum batch of %d", n, maxBatch)
+	}
+	byIndex := make(map[int64]*Snapshot, n)
+	seen := make(map[int64]map[a2redis.HeadRef]bool, n)
+	for i := range n {
+		index, state, pins := write(i)
+		at := fmt.Sprintf("writes[%d]", i)
+		if index < 0 {
+			return nil, a2redis.Invalid(at+".Index", "is negative (%d)", index)
+		}
+		if len(state) == 0 {
+			return nil, a2redis.Invalid(at+".State", "is empty (store JSON null explicitly)")
+		}
+		if !json.Valid(state) {
+			return nil, a2redis.Invalid(at+".State", "is not valid JSON")
+		}
+		s := byIndex[index]
+		if s == nil {
+			s = &Snapshot{Index: index}
+			byIndex[index] = s
+			seen[index] = map[a2redis.HeadRef]bool{}
+		}
+		s.State = append(json.RawMessage(nil), state...)
+		for j, pin := range pins {
+			pinAt := fmt.Sprintf("%s.Pins[%d]", at, j)
+			if err := Name(pinAt+".Consumer", pin.Consumer); err != nil {
+				return nil, err
+			}
+			if err := Lane(pinAt+".Lane", pin.Lane); err != nil {
+				return nil, err
+			}
+			if pin.Index < 1 {
+				return nil, a2redis.Invalid(pinAt+".Index", "must be at least 1 (got %d)", pin.Index)
+			}
+			if !seen[index][pin] {
+				seen[index][pin] = true
+				s.Pins = append(s.Pins, pin)
+			}
+		}
+	}
+	out := make([]Snapshot, 0, len(byIndex))
+	for _, s := range byIndex {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out, nil
 }

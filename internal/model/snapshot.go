@@ -3,10 +3,9 @@ package model
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"sort"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -55,58 +54,24 @@ func (m *Store) PutSnapshots(ctx context.Context, session, reducerName string, w
 	if err := checkName("reducer", reducerName); err != nil {
 		return err
 	}
-	if len(writes) > m.cfg.MaxBatch {
-		return a2redis.Invalid("writes", "holds %d writes, more than the maximum batch of %d", len(writes), m.cfg.MaxBatch)
-	}
 	type merged struct {
 		index int64
 		state json.RawMessage
 		pins  []a2redis.HeadRef
-		seen  map[a2redis.HeadRef]bool
 	}
-	byIndex := map[int64]*merged{}
-	for i, w := range writes {
-		at := fmt.Sprintf("writes[%d]", i)
-		if w.Index < 0 {
-			return a2redis.Invalid(at+".Index", "is negative (%d)", w.Index)
-		}
-		if len(w.State) == 0 {
-			return a2redis.Invalid(at+".State", "is empty (store JSON null explicitly)")
-		}
-		if !json.Valid(w.State) {
-			return a2redis.Invalid(at+".State", "is not valid JSON")
-		}
-		mg := byIndex[w.Index]
-		if mg == nil {
-			mg = &merged{index: w.Index, seen: map[a2redis.HeadRef]bool{}}
-			byIndex[w.Index] = mg
-		}
-		mg.state = append(json.RawMessage(nil), w.State...)
-		for j, pin := range w.Pins {
-			pinAt := fmt.Sprintf("%s.Pins[%d]", at, j)
-			if err := checkName(pinAt+".Consumer", pin.Consumer); err != nil {
-				return err
-			}
-			if err := checkLane(pinAt+".Lane", pin.Lane); err != nil {
-				return err
-			}
-			if pin.Index < 1 {
-				return a2redis.Invalid(pinAt+".Index", "must be at least 1 (got %d)", pin.Index)
-			}
-			if !mg.seen[pin] {
-				mg.seen[pin] = true
-				mg.pins = append(mg.pins, pin)
-			}
-		}
+	valid, err := check.Snapshots(len(writes), m.cfg.MaxBatch, func(i int) (int64, json.RawMessage, []a2redis.HeadRef) {
+		return writes[i].Index, writes[i].State, writes[i].Pins
+	})
+	if err != nil {
+		return err
 	}
-	if len(byIndex) == 0 {
+	if len(valid) == 0 {
 		return nil
 	}
-	sorted := make([]*merged, 0, len(byIndex))
-	for _, mg := range byIndex {
-		sorted = append(sorted, mg)
+	sorted := make([]*merged, len(valid))
+	for i, v := range valid {
+		sorted[i] = &merged{index: v.Index, state: v.State, pins: v.Pins}
 	}
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].index < sorted[j].index })
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
