@@ -1,0 +1,62 @@
+package notify_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/notify"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// A feed delivers a session's events in order, exactly once: first what is
+// stored (a catch-up read), then what wake-ups carry as it is appended.
+func ExampleFeed_Follow() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: "example"})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := store.Append(ctx, "chat", []a2redis.Event{{ID: "m1", Type: "message", Payload: []byte(`{"text":"hi"}`)}}, redisstore.AppendOptions{}); err != nil {
+		panic(err)
+	}
+
+	feed := notify.NewFeed(client, store, notify.FeedOptions{Prefix: "example"})
+	done := errors.New("done")
+	err = feed.Follow(ctx, "chat", 0, func(u notify.Update) error {
+		for _, ev := range u.Events {
+			fmt.Printf("#%d %s %s (caught up by reading: %v)\n", ev.Index, ev.ID, ev.Payload, u.CaughtUp)
+			if ev.Index == 1 {
+				// Appended while following: a wake-up carries it.
+				go func() {
+					_, _ = store.Append(ctx, "chat", []a2redis.Event{{ID: "m2", Type: "message", Payload: []byte(`{"text":"hello"}`)}}, redisstore.AppendOptions{})
+				}()
+			}
+			if ev.Index == 2 {
+				return done
+			}
+		}
+		return nil
+	})
+	fmt.Println(errors.Is(err, done))
+	// Output:
+	// #1 m1 {"text":"hi"} (caught up by reading: true)
+	// #2 m2 {"text":"hello"} (caught up by reading: false)
+	// true
+}
