@@ -76,3 +76,15 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		assert.ErrorIs(t, err, notify.ErrMalformed, raw)
 	}
 }
+
+func TestEncodeQuotesIDsAndTypes(t *testing.T) {
+	for _, s := range []string{"plain", `q"uote`, `back\slash`, "nul\x00", "tab\tnl\n", "\x1f", "é日本", "\u2028", "<&>", ""} {
+		msg, err := notify.Decode(notify.Encode(1, 2, []notify.Entry{{Index: 1, ID: s, Type: s + "t", Payload: []byte(`1`)}}))
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if len(msg.Entries) != 1 || msg.Entries[0].ID != s || msg.Entries[0].Type != s+"t" {
+			t.Fatalf("%q round-tripped as %+v", s, msg)
+		}
+	}
+}

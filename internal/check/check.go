@@ -90,26 +90,29 @@ func Batch(events []a2redis.Event, arg string, maxBatch int, ids func() string) 
 	out := make([]Event, len(events))
 	seen := make(map[string]int, len(events))
 	for i, e := range events {
-		at := fmt.Sprintf("%s[%d]", arg, i)
-		if err := Type(at+".Type", e.Type); err != nil {
-			return nil, err
+		// Argument names are formatted only for an error: this is the hot path.
+		at := func(field string) string { return fmt.Sprintf("%s[%d].%s", arg, i, field) }
+		if err := Type("", e.Type); err != nil {
+			return nil, Type(at("Type"), e.Type)
 		}
 		payload := e.Payload
 		if len(payload) == 0 {
 			payload = json.RawMessage("null")
 		} else if !json.Valid(payload) {
-			return nil, a2redis.Invalid(at+".Payload", "is not valid JSON")
+			return nil, a2redis.Invalid(at("Payload"), "is not valid JSON")
 		}
 		id := e.ID
 		if id == "" {
 			id = ids()
 		}
 		if j, dup := seen[id]; dup {
-			return nil, a2redis.Invalid(at+".ID", "repeats the id of %s[%d] (%q)", arg, j, id)
+			return nil, a2redis.Invalid(at("ID"), "repeats the id of %s[%d] (%q)", arg, j, id)
 		}
 		seen[id] = i
-		if err := Targets(at+".Targets", e.Targets); err != nil {
-			return nil, err
+		if len(e.Targets) > 0 {
+			if err := Targets(at("Targets"), e.Targets); err != nil {
+				return nil, err
+			}
 		}
 		out[i] = Event{ID: id, Type: e.Type, Payload: payload}
 	}
