@@ -161,23 +161,12 @@ func a2Append(ctx context.Context, h *harness, n, batch, inFlight, sessions int)
 	if err != nil {
 		return Measurement{}, err
 	}
-	cost, err := ph.end(ctx, events)
+	m, err := h.appended(ctx, ph, mem0, events, elapsed, rec, fmt.Sprintf("Append call (%d events), %d in flight", batch, inFlight))
 	if err != nil {
 		return Measurement{}, err
 	}
-	mem1, err := h.usedMemory(ctx)
-	if err != nil {
-		return Measurement{}, err
-	}
-	byKind, err := h.memoryByKind(ctx, prefix, events)
-	if err != nil {
-		return Measurement{}, err
-	}
-	return Measurement{
-		Events: events, Seconds: elapsed.Seconds(), Throughput: float64(events) / elapsed.Seconds(),
-		Latency: rec.latency(fmt.Sprintf("Append call (%d events), %d in flight", batch, inFlight)),
-		Cost:    cost, MemRetained: (mem1 - mem0) / float64(events), MemByKind: byKind,
-	}, nil
+	m.MemByKind, err = h.memoryByKind(ctx, prefix, events)
+	return m, err
 }
 
 // a2Fill appends `appended` events one per call, a2FillInFlight in flight,
@@ -527,17 +516,9 @@ func a2LatencyFeed(ctx context.Context, h *harness, n int) (Measurement, error) 
 	if err != nil {
 		return Measurement{}, err
 	}
-	if err := waitFor(ctx, 10*time.Second, "feed deliveries", func() bool { return rec.count() >= n }); err != nil {
-		return Measurement{}, err
-	}
-	elapsed := time.Since(start)
-	cost, err := ph.end(ctx, n)
+	elapsed, cost, err := finishRated(ctx, ph, start, n, "feed deliveries", func() bool { return rec.count() >= n }, stop, followed, "Follow")
 	if err != nil {
 		return Measurement{}, err
-	}
-	stop()
-	if err := <-followed; err != nil && !errors.Is(err, context.Canceled) {
-		return Measurement{}, fmt.Errorf("a2bench: Follow: %w", err)
 	}
 	return Measurement{
 		Events: n, Seconds: elapsed.Seconds(), Throughput: achieved,
@@ -641,17 +622,9 @@ func a2LatencyClaim(ctx context.Context, h *harness, n int) (Measurement, error)
 	if err != nil {
 		return Measurement{}, err
 	}
-	if err := waitFor(ctx, 10*time.Second, "claims and completions", func() bool { return completed.Load() >= int64(n) }); err != nil {
-		return Measurement{}, err
-	}
-	elapsed := time.Since(start)
-	cost, err := ph.end(ctx, n)
+	elapsed, cost, err := finishRated(ctx, ph, start, n, "claims and completions", func() bool { return completed.Load() >= int64(n) }, stop, handlerDone, "handler")
 	if err != nil {
 		return Measurement{}, err
-	}
-	stop()
-	if err := <-handlerDone; err != nil && !errors.Is(err, context.Canceled) {
-		return Measurement{}, fmt.Errorf("a2bench: handler: %w", err)
 	}
 	<-subscribed
 	return Measurement{

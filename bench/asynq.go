@@ -86,19 +86,7 @@ func asynqEnqueue(ctx context.Context, h *harness, n int) (Measurement, error) {
 	if err != nil {
 		return Measurement{}, err
 	}
-	cost, err := ph.end(ctx, n)
-	if err != nil {
-		return Measurement{}, err
-	}
-	mem1, err := h.usedMemory(ctx)
-	if err != nil {
-		return Measurement{}, err
-	}
-	return Measurement{
-		Events: n, Seconds: elapsed.Seconds(), Throughput: float64(n) / elapsed.Seconds(),
-		Latency: rec.latency(fmt.Sprintf("Enqueue call, %d in flight", asynqInFlight)),
-		Cost:    cost, MemRetained: (mem1 - mem0) / float64(n),
-	}, nil
+	return h.appended(ctx, ph, mem0, n, elapsed, rec, fmt.Sprintf("Enqueue call, %d in flight", asynqInFlight))
 }
 
 func asynqProcess(ctx context.Context, h *harness, n, concurrency int) (Measurement, error) {
@@ -187,11 +175,7 @@ func asynqLatency(ctx context.Context, h *harness, n int) (Measurement, error) {
 	if err != nil {
 		return Measurement{}, err
 	}
-	if err := waitFor(ctx, 10*time.Second, "asynq deliveries", func() bool { return handled.Load() >= int64(n) }); err != nil {
-		return Measurement{}, err
-	}
-	elapsed := time.Since(start)
-	cost, err := ph.end(ctx, n)
+	elapsed, cost, err := finishRated(ctx, ph, start, n, "asynq deliveries", func() bool { return handled.Load() >= int64(n) }, nil, nil, "")
 	if err != nil {
 		return Measurement{}, err
 	}

@@ -124,3 +124,45 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 }
 
 var errShort = errors.New("a2bench: fewer events handled than appended")
+
+// finishRated ends a fixed-rate latency scenario: it waits (10 s at most)
+// until every event was delivered, ends the measuring phase, then stops the
+// receiving side (when stop is set) and reports how it ended (receiver names
+// it in errors). It returns the time since start and the phase's cost.
+func finishRated(ctx context.Context, ph *phase, start time.Time, n int, what string, delivered func() bool,
+	stop func(), done <-chan error, receiver string) (time.Duration, Cost, error) {
+	if err := waitFor(ctx, 10*time.Second, what, delivered); err != nil {
+		return 0, Cost{}, err
+	}
+	elapsed := time.Since(start)
+	cost, err := ph.end(ctx, n)
+	if err != nil {
+		return 0, Cost{}, err
+	}
+	if stop != nil {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return 0, Cost{}, fmt.Errorf("a2bench: %s: %w", receiver, err)
+		}
+	}
+	return elapsed, cost, nil
+}
+
+// appended finishes an append/enqueue throughput measurement: the phase's
+// cost, the memory the n events hold, and the per-call latency (label
+// names it).
+func (h *harness) appended(ctx context.Context, ph *phase, mem0 float64, n int, elapsed time.Duration, rec *recorder, label string) (Measurement, error) {
+	cost, err := ph.end(ctx, n)
+	if err != nil {
+		return Measurement{}, err
+	}
+	mem1, err := h.usedMemory(ctx)
+	if err != nil {
+		return Measurement{}, err
+	}
+	return Measurement{
+		Events: n, Seconds: elapsed.Seconds(), Throughput: float64(n) / elapsed.Seconds(),
+		Latency: rec.latency(label),
+		Cost:    cost, MemRetained: (mem1 - mem0) / float64(n),
+	}, nil
+}

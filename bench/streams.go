@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -64,19 +63,7 @@ func streamXadd(ctx context.Context, h *harness, n int) (Measurement, error) {
 	if err != nil {
 		return Measurement{}, err
 	}
-	cost, err := ph.end(ctx, n)
-	if err != nil {
-		return Measurement{}, err
-	}
-	mem1, err := h.usedMemory(ctx)
-	if err != nil {
-		return Measurement{}, err
-	}
-	return Measurement{
-		Events: n, Seconds: elapsed.Seconds(), Throughput: float64(n) / elapsed.Seconds(),
-		Latency: rec.latency(fmt.Sprintf("XADD call, %d in flight", streamInFlight)),
-		Cost:    cost, MemRetained: (mem1 - mem0) / float64(n),
-	}, nil
+	return h.appended(ctx, ph, mem0, n, elapsed, rec, fmt.Sprintf("XADD call, %d in flight", streamInFlight))
 }
 
 func streamGroup(ctx context.Context, h *harness, n int) (Measurement, error) {
@@ -212,17 +199,9 @@ func streamLatency(ctx context.Context, h *harness, n int) (Measurement, error) 
 	if err != nil {
 		return Measurement{}, err
 	}
-	if err := waitFor(ctx, 10*time.Second, "stream deliveries", func() bool { return acked.Load() >= int64(n) }); err != nil {
-		return Measurement{}, err
-	}
-	elapsed := time.Since(start)
-	cost, err := ph.end(ctx, n)
+	elapsed, cost, err := finishRated(ctx, ph, start, n, "stream deliveries", func() bool { return acked.Load() >= int64(n) }, stop, readerDone, "XREADGROUP reader")
 	if err != nil {
 		return Measurement{}, err
-	}
-	stop()
-	if err := <-readerDone; err != nil && !errors.Is(err, context.Canceled) {
-		return Measurement{}, fmt.Errorf("a2bench: XREADGROUP reader: %w", err)
 	}
 	return Measurement{
 		Events: n, Seconds: elapsed.Seconds(), Throughput: achieved,
