@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/notify"
 )
 
@@ -86,7 +87,7 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		return ClaimResult{}, err
 	}
 	now := s.now()
-	expires, err := expiry(now, req.TTL, req.ExpiresAt)
+	expires, err := check.Expiry(now, req.TTL, req.ExpiresAt)
 	if err != nil {
 		return ClaimResult{}, err
 	}
@@ -192,16 +193,6 @@ func sortRefs(refs []a2redis.HeadRef) {
 	})
 }
 
-func expiry(now int64, ttl time.Duration, at time.Time) (int64, error) {
-	if !at.IsZero() {
-		return at.UnixMilli(), nil
-	}
-	if ttl <= 0 {
-		return 0, a2redis.Invalid("TTL", "must be positive (got %v)", ttl)
-	}
-	return now + max(ttl.Milliseconds(), 1), nil
-}
-
 // Claim is one held claim: a head and the attempt its claim returned.
 type Claim struct {
 	a2redis.HeadRef
@@ -243,7 +234,7 @@ func (s *Store) RenewClaims(ctx context.Context, req RenewRequest) (RenewResult,
 		return RenewResult{}, err
 	}
 	now := s.now()
-	expires, err := expiry(now, req.TTL, req.ExpiresAt)
+	expires, err := check.Expiry(now, req.TTL, req.ExpiresAt)
 	if err != nil {
 		return RenewResult{}, err
 	}

@@ -231,3 +231,15 @@ func Snapshots(n, maxBatch int, write func(i int) (index int64, state json.RawMe
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out, nil
 }
+
+// Expiry is a lease's end in epoch milliseconds: at when set, else now + a
+// positive ttl (at least 1 ms).
+func Expiry(now int64, ttl time.Duration, at time.Time) (int64, error) {
+	if !at.IsZero() {
+		return at.UnixMilli(), nil
+	}
+	if ttl <= 0 {
+		return 0, a2redis.Invalid("TTL", "must be positive (got %v)", ttl)
+	}
+	return now + max(ttl.Milliseconds(), 1), nil
+}

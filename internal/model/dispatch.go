@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -59,7 +60,7 @@ func (m *Store) ClaimAvailable(ctx context.Context, req redisstore.ClaimRequest)
 		return redisstore.ClaimResult{}, err
 	}
 	now := m.now()
-	expires, err := expiry(now, req.TTL, req.ExpiresAt)
+	expires, err := check.Expiry(now, req.TTL, req.ExpiresAt)
 	if err != nil {
 		return redisstore.ClaimResult{}, err
 	}
@@ -198,7 +199,7 @@ func (m *Store) RenewClaims(ctx context.Context, req redisstore.RenewRequest) (r
 		return redisstore.RenewResult{}, err
 	}
 	now := m.now()
-	expires, err := expiry(now, req.TTL, req.ExpiresAt)
+	expires, err := check.Expiry(now, req.TTL, req.ExpiresAt)
 	if err != nil {
 		return redisstore.RenewResult{}, err
 	}

@@ -3,7 +3,6 @@ package model
 import (
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
@@ -94,17 +93,6 @@ func (m *Store) prepare(events []a2redis.Event, arg string) ([]prepared, error) 
 		out[i] = prepared{id: e.ID, typ: e.Type, payload: append(json.RawMessage(nil), e.Payload...), targets: append([]a2redis.Target(nil), events[i].Targets...)}
 	}
 	return out, nil
-}
-
-// expiry is a lease's end in epoch milliseconds: at when set, else now+ttl.
-func expiry(now int64, ttl time.Duration, at time.Time) (int64, error) {
-	if !at.IsZero() {
-		return at.UnixMilli(), nil
-	}
-	if ttl <= 0 {
-		return 0, a2redis.Invalid("TTL", "must be positive (got %v)", ttl)
-	}
-	return now + max(ttl.Milliseconds(), 1), nil
 }
 
 func isNullJSON(v json.RawMessage) bool {
