@@ -36,6 +36,62 @@ func init() {
 		}, "a completed event cursor is gone")
 	})
 
+	contract("Cursors/CompleteAttemptsInOneCall", func(t *testing.T, e *env) {
+		paid := logc("bill", "money", false, "paid")
+		served := []a2redis.Consumer{paid, {Name: "mail"}, {Name: "ship"}}
+		e.appendServed("s", served, ev("paid", to("mail"), lane("ship", "a")), ev("paid", lane("ship", "a")), ev("noise", to("mail")))
+		c := e.claim(redisstore.ClaimRequest{Consumers: served})
+		e.eq(headRefs(c.Heads), []string{"bill/money@1", "mail@1", "ship/a@1", "mail@3"}, "claimed")
+		many := func(attempts ...redisstore.Completion) ([]redisstore.CompleteResult, error) {
+			return e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: attempts, Consumers: served})
+		}
+		all := make([]redisstore.Completion, len(c.Heads))
+		for i, h := range c.Heads {
+			all[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+		}
+		before := e.cursors("s")
+
+		// Whatever fails the call fails it before anything is written.
+		_, err := many(append(all, redisstore.Completion{Head: a2redis.HeadRef{Consumer: "mail", Index: 9}, Attempt: 1})...)
+		e.is(err, a2redis.ErrNoEvent, "a head past the log")
+		_, err = many(all[0], all[0])
+		e.is(err, a2redis.ErrInvalidArgument, "a head named twice")
+		_, err = many(redisstore.Completion{Head: all[1].Head, Attempt: 0})
+		e.is(err, a2redis.ErrInvalidArgument, "attempt 0")
+		_, err = many(redisstore.Completion{Head: a2redis.HeadRef{Index: 1}, Attempt: 1})
+		e.is(err, a2redis.ErrInvalidArgument, "no consumer")
+		e.eq(cursorLines(e.cursors("s")), cursorLines(before), "refused calls wrote nothing")
+
+		stale := redisstore.Completion{Head: all[3].Head, Attempt: 2}
+		res, err := many(all[0], all[1], all[2], stale)
+		e.no(err, "complete three and a stale attempt")
+		outcomes := make([]string, len(res))
+		for i, r := range res {
+			outcomes[i] = fmt.Sprintf("%s replayed=%v", r.Outcome, r.Replayed)
+		}
+		e.eq(outcomes, []string{"completed replayed=false", "completed replayed=false", "completed replayed=false", "superseded replayed=false"}, "outcomes in request order")
+		e.eq(cursorLines(e.cursors("s")), []string{
+			"log bill/money pos=1 head=2 att=0 fail=0 dead=false",
+			"event mail/ pos=2 head=3 att=1 fail=0 dead=false",
+			"lane ship/a pos=1 head=2 att=0 fail=0 dead=false",
+		}, "the log cursor took its next type, the lane its next event, the event cursor is gone")
+
+		res, err = many(all[1], all[3])
+		e.no(err, "a retry with the pending head")
+		e.eq([]any{res[0].Outcome, res[0].Replayed, res[1].Outcome, res[1].Replayed}, []any{redisstore.Completed, true, redisstore.Completed, false}, "the retry replays, the other completes")
+		next := e.claim(redisstore.ClaimRequest{Consumers: served})
+		e.eq(headRefs(next.Heads), []string{"bill/money@2", "ship/a@2"}, "the moved cursors' heads are claimable")
+
+		// A completion that returned events replays only through CompleteAttempt.
+		h := next.Heads[1]
+		e.complete(h, a2redis.Event{ID: "child", Type: "shipped"})
+		_, err = many(redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts})
+		e.is(err, a2redis.ErrPartialDuplicateBatch, "a completion with returned events")
+		res, err = many()
+		e.no(err, "nothing to complete")
+		e.eq(len(res), 0, "no results")
+	})
+
 	contract("Cursors/LaneIsStrictFIFO", func(t *testing.T, e *env) {
 		for i := range 6 {
 			e.append("s", ev("t", lane("c", []string{"a", "b"}[i%2]), lane("d", "a")))

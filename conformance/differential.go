@@ -265,6 +265,18 @@ func outcomeOf(res any, err error) string {
 			return "replayed"
 		}
 		return string(r.Outcome)
+	case []redisstore.CompleteResult:
+		// The distinct outcomes, so the report stays short.
+		seen := map[string]bool{}
+		var words []string
+		for _, one := range r {
+			if w := outcomeOf(one, nil); !seen[w] {
+				seen[w] = true
+				words = append(words, w)
+			}
+		}
+		sort.Strings(words)
+		return "[" + strings.Join(words, "+") + "]"
 	case redisstore.FailResult:
 		return string(r.Outcome)
 	case redisstore.RenewResult:

@@ -394,6 +394,9 @@ func (g *generator) claimIn(s string, limited bool) op {
 }
 
 func (g *generator) completeOp() op {
+	if g.chance(0.3) {
+		return g.completeManyOp()
+	}
 	if len(g.dones) > 0 && g.chance(0.08) {
 		// A retry of a committed completion: the same ids replay, others
 		// are a partial duplicate.
@@ -417,6 +420,36 @@ func (g *generator) completeOp() op {
 		req.Consumers = g.served(true)
 	}
 	return op{Kind: opComplete, Complete: req}
+}
+
+// completeManyOp completes a few heads of one session at once: mostly held
+// ones, sometimes a stale attempt, a head that may not exist, or a head
+// named twice.
+func (g *generator) completeManyOp() op {
+	h, ok := g.heldHead()
+	s := g.session()
+	if ok {
+		s = h.Session
+	}
+	req := redisstore.CompleteAttemptsRequest{Session: s}
+	seen := map[a2redis.HeadRef]bool{}
+	for range 1 + g.pick(5) {
+		var a redisstore.Completion
+		if h, ok := g.heldHead(); ok && h.Session == s && !g.chance(0.05) {
+			a = redisstore.Completion{Head: h.Ref(), Attempt: g.attempt(h)}
+		} else {
+			a = redisstore.Completion{Head: g.randomRef(s), Attempt: 1 + int64(g.pick(3))}
+		}
+		if seen[a.Head] && !g.chance(0.05) {
+			continue
+		}
+		seen[a.Head] = true
+		req.Attempts = append(req.Attempts, a)
+	}
+	if g.chance(0.4) {
+		req.Consumers = g.served(true)
+	}
+	return op{Kind: opCompleteMany, Many: req}
 }
 
 func (g *generator) failOp() op {

@@ -23,6 +23,7 @@ type api interface {
 	ClaimAvailable(ctx context.Context, req redisstore.ClaimRequest) (redisstore.ClaimResult, error)
 	RenewClaims(ctx context.Context, req redisstore.RenewRequest) (redisstore.RenewResult, error)
 	CompleteAttempt(ctx context.Context, req redisstore.CompleteRequest) (redisstore.CompleteResult, error)
+	CompleteAttempts(ctx context.Context, req redisstore.CompleteAttemptsRequest) ([]redisstore.CompleteResult, error)
 	FailAttempt(ctx context.Context, req redisstore.FailRequest) (redisstore.FailResult, error)
 	DeadLetters(ctx context.Context, session string) ([]a2redis.HeadEvent, error)
 	Redrive(ctx context.Context, req redisstore.RedriveRequest) (redisstore.RedriveResult, error)
@@ -49,6 +50,7 @@ const (
 	opClaim         = "claim"
 	opRenew         = "renew"
 	opComplete      = "complete"
+	opCompleteMany  = "complete-many"
 	opFail          = "fail"
 	opRedrive       = "redrive"
 	opWakeLog       = "wake"
@@ -78,6 +80,7 @@ type op struct {
 	Claim    redisstore.ClaimRequest
 	Renew    redisstore.RenewRequest
 	Complete redisstore.CompleteRequest
+	Many     redisstore.CompleteAttemptsRequest
 	Fail     redisstore.FailRequest
 	Redrive  redisstore.RedriveRequest
 	Consumer a2redis.Consumer
@@ -103,6 +106,8 @@ func (o op) run(ctx context.Context, s api) (any, error) {
 		return s.RenewClaims(ctx, o.Renew)
 	case opComplete:
 		return s.CompleteAttempt(ctx, o.Complete)
+	case opCompleteMany:
+		return s.CompleteAttempts(ctx, o.Many)
 	case opFail:
 		return s.FailAttempt(ctx, o.Fail)
 	case opRedrive:
@@ -214,6 +219,16 @@ func (o op) String() string {
 	case opComplete:
 		c := o.Complete
 		fmt.Fprintf(&b, "%s %s#%d %s%s", sessionOf(c.Session), refOf(c.Head), c.Attempt, eventsString(c.Events), servedString(c.Consumers))
+	case opCompleteMany:
+		c := o.Many
+		fmt.Fprintf(&b, "%s [", sessionOf(c.Session))
+		for i, a := range c.Attempts {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s#%d", refOf(a.Head), a.Attempt)
+		}
+		fmt.Fprintf(&b, "]%s", servedString(c.Consumers))
 	case opFail:
 		f := o.Fail
 		fmt.Fprintf(&b, "%s %s#%d max=%d retry-after=%v err=%q", sessionOf(f.Session), refOf(f.Head), f.Attempt, f.MaxFailures, f.RetryAfter, f.Error)

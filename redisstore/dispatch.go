@@ -410,6 +410,103 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 	return CompleteResult{}, fmt.Errorf("%w: complete replied %v", a2redis.ErrUnexpectedReply, reply)
 }
 
+// Completion names one claimed attempt to complete without returned
+// events: the head and the attempt its claim returned.
+type Completion struct {
+	// Head names the head: consumer, lane and index.
+	Head a2redis.HeadRef
+	// Attempt is the attempt the claim returned. Required.
+	Attempt int64
+}
+
+// CompleteAttemptsRequest completes several claimed attempts of one
+// session, none of which returns events.
+type CompleteAttemptsRequest struct {
+	// Session is the session id. Required.
+	Session string
+	// Attempts are the attempts to complete: at most Config.MaxBatch, no
+	// head named twice.
+	Attempts []Completion
+	// Consumers are the served consumers (see AppendOptions.Consumers).
+	Consumers []a2redis.Consumer
+}
+
+// CompleteAttempts completes several claimed attempts of one session in one
+// script call: what a worker does after handling the heads one claim gave
+// it, at a fraction of the cost of one CompleteAttempt per head. Each
+// attempt is fenced as CompleteAttempt fences it and gets its own result, in
+// request order: completed (Replayed when an earlier try had committed it)
+// or superseded. The call is atomic: an index with no event (ErrNoEvent) or
+// an attempt whose committed completion returned events
+// (ErrPartialDuplicateBatch: replay that one with CompleteAttempt) fails it
+// with nothing written. Completions that return events go through
+// CompleteAttempt.
+func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsRequest) ([]CompleteResult, error) {
+	if err := checkSession(req.Session); err != nil {
+		return nil, err
+	}
+	if len(req.Attempts) > s.cfg.MaxBatch {
+		return nil, a2redis.Invalid("Attempts", "holds %d attempts, more than Config.MaxBatch (%d)", len(req.Attempts), s.cfg.MaxBatch)
+	}
+	served, err := servedArg(req.Consumers)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[a2redis.HeadRef]int, len(req.Attempts))
+	args := make([]string, 0, 3+4*len(req.Attempts))
+	args = append(args, itoa(s.now()), served, itoa(int64(len(req.Attempts))))
+	for i, a := range req.Attempts {
+		at := fmt.Sprintf("Attempts[%d]", i)
+		cause := a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
+		if err := checkCause(at, cause); err != nil {
+			return nil, err
+		}
+		if first, ok := seen[a.Head]; ok {
+			return nil, a2redis.Invalid(at, "names the head of Attempts[%d] again", first)
+		}
+		seen[a.Head] = i
+		args = append(args, a.Head.Consumer, tagOf(a.Head.Lane), itoa(a.Head.Index), itoa(a.Attempt))
+	}
+	if len(req.Attempts) == 0 {
+		return []CompleteResult{}, nil
+	}
+	reply, err := s.runIndexed(ctx, "complete_many", req.Session, args)
+	if err != nil {
+		return nil, err
+	}
+	switch word(reply, 0) {
+	case "ok":
+		if len(reply) != len(req.Attempts)+1 {
+			break
+		}
+		results := make([]CompleteResult, len(req.Attempts))
+		for i := range results {
+			switch word(reply, i+1) {
+			case "ok":
+				results[i] = CompleteResult{Outcome: Completed, Events: []a2redis.StoredEvent{}}
+			case "duplicate":
+				results[i] = CompleteResult{Outcome: Completed, Events: []a2redis.StoredEvent{}, Replayed: true}
+			case "superseded":
+				results[i] = CompleteResult{Outcome: CompleteSuperseded, Events: []a2redis.StoredEvent{}}
+			default:
+				return nil, fmt.Errorf("%w: complete_many replied %v", a2redis.ErrUnexpectedReply, reply)
+			}
+		}
+		return results, nil
+	case "missing", "partial":
+		j, err := number(reply, 1)
+		if err != nil || j < 1 || int(j) > len(req.Attempts) {
+			break
+		}
+		head := req.Attempts[j-1].Head
+		if word(reply, 0) == "missing" {
+			return nil, errorf(a2redis.ErrNoEvent, req.Session, "Attempts[%d]: no event at index %d", j-1, head.Index)
+		}
+		return nil, errorf(a2redis.ErrPartialDuplicateBatch, req.Session, "Attempts[%d]: the committed completion of index %d returned events; replay it with CompleteAttempt", j-1, head.Index)
+	}
+	return nil, fmt.Errorf("%w: complete_many replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
 // FailRequest reports a failed attempt.
 type FailRequest struct {
 	// Session is the session id. Required.

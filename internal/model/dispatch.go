@@ -276,7 +276,11 @@ func (m *Store) CompleteAttempt(ctx context.Context, req redisstore.CompleteRequ
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.session(req.Session)
+	return m.complete(m.session(req.Session), req, cause, batch, srv, now)
+}
+
+// complete is CompleteAttempt's decision, with the lock held.
+func (m *Store) complete(s *session, req redisstore.CompleteRequest, cause a2redis.Cause, batch []prepared, srv served, now int64) (redisstore.CompleteResult, error) {
 	superseded := redisstore.CompleteResult{Outcome: redisstore.CompleteSuperseded, Events: []a2redis.StoredEvent{}}
 	idx := cause.Index
 	if idx <= s.clear {
@@ -334,6 +338,69 @@ func (m *Store) CompleteAttempt(ctx context.Context, req redisstore.CompleteRequ
 	s.enqueue(stored, targets, srv, base)
 	s.advance(c, completion{attempt: req.Attempt, ids: ids})
 	return redisstore.CompleteResult{Outcome: redisstore.Completed, Events: stored}, nil
+}
+
+// CompleteAttempts completes several attempts without returned events, all
+// or nothing (see redisstore.Store.CompleteAttempts).
+func (m *Store) CompleteAttempts(ctx context.Context, req redisstore.CompleteAttemptsRequest) ([]redisstore.CompleteResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkSession(req.Session); err != nil {
+		return nil, err
+	}
+	if len(req.Attempts) > m.cfg.MaxBatch {
+		return nil, a2redis.Invalid("Attempts", "holds %d attempts, more than Config.MaxBatch (%d)", len(req.Attempts), m.cfg.MaxBatch)
+	}
+	srv, err := parseServed(req.Consumers)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[a2redis.HeadRef]int, len(req.Attempts))
+	causes := make([]a2redis.Cause, len(req.Attempts))
+	for i, a := range req.Attempts {
+		at := fmt.Sprintf("Attempts[%d]", i)
+		causes[i] = a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
+		if err := checkCause(at, causes[i]); err != nil {
+			return nil, err
+		}
+		if first, ok := seen[a.Head]; ok {
+			return nil, a2redis.Invalid(at, "names the head of Attempts[%d] again", first)
+		}
+		seen[a.Head] = i
+	}
+	if len(req.Attempts) == 0 {
+		return []redisstore.CompleteResult{}, nil
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.session(req.Session)
+	// What fails the whole call is found before anything changes.
+	for i, a := range req.Attempts {
+		idx := a.Head.Index
+		if idx <= s.clear {
+			continue
+		}
+		if idx > s.head {
+			return nil, fmt.Errorf("%w: Attempts[%d]: no event at index %d (session %q)", a2redis.ErrNoEvent, i, idx, req.Session)
+		}
+		c := s.rowCursor(a.Head.Consumer, a.Head.Lane, idx)
+		if c == nil {
+			continue
+		}
+		if done, moved := c.passed[idx]; moved && done.attempt != 0 && done.attempt == a.Attempt && len(done.ids) > 0 {
+			return nil, partial(req.Session, "Attempts[%d]: the committed completion of index %d returned events", i, idx)
+		}
+	}
+	results := make([]redisstore.CompleteResult, len(req.Attempts))
+	for i, a := range req.Attempts {
+		one := redisstore.CompleteRequest{Session: req.Session, Head: a.Head, Attempt: a.Attempt}
+		if results[i], err = m.complete(s, one, causes[i], nil, srv, now); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
 }
 
 // FailAttempt records a failed attempt (see redisstore.Store.FailAttempt).

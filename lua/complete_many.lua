@@ -1,0 +1,87 @@
+--@include cursor
+-- complete_many: finishes several claimed attempts of one session whose
+-- handlers returned no events, in one call. Each is fenced exactly as
+-- complete fences one; the call as a whole is atomic: a head with no event,
+-- a completion that had returned events, or a type index that must reach
+-- further back first ends it before anything is written.
+--
+-- KEYS[1]  the session counter
+-- ARGV[1]  now, epoch milliseconds
+-- ARGV[2]  served consumers: '' for all, else JSON (see cursor.use_served)
+-- ARGV[3]  k, the number of attempts
+-- then per attempt j (offset o = 3 + (j - 1) * 4):
+--   ARGV[o+1] consumer, ARGV[o+2] tag ('#' or 'L<lane>'), ARGV[o+3] head
+--   index, ARGV[o+4] attempt
+--
+-- Replies:
+--   { 'ok', outcome... }     per attempt: 'ok' (completed now), 'duplicate'
+--                            (completed by an earlier try) or 'superseded'
+--   { 'missing', j }         no event at attempt j's index; nothing written
+--   { 'partial', j }         attempt j's committed completion returned
+--                            events (replay it with complete); nothing written
+--   { 'index', type, after } index `type` down to `after`, then run again
+read_bounds()
+use_served(ARGV[2])
+local now, k = ARGV[1], tonumber(ARGV[3])
+local items, refs = {}, {}
+for j = 1, k do
+  local o = 3 + (j - 1) * 4
+  local item = {
+    consumer = ARGV[o + 1], tag = ARGV[o + 2],
+    idx = tonumber(ARGV[o + 3]), attempt = ARGV[o + 4],
+  }
+  item.at = row_of(item.consumer, item.tag)
+  items[j] = item
+  refs[j] = { item.idx, item.at }
+end
+local rows = read_rows(refs, { 'd', 'p', 'ri', 'ch', 'f', 'l', 'next', 'pins' })
+
+-- Every fence first: nothing is buffered or written until all have passed.
+local outcomes = { 'ok' }
+for j, item in ipairs(items) do
+  local row, idx, attempt = rows[j], item.idx, tonumber(item.attempt)
+  local outcome = 'ok'
+  if idx <= boundary then
+    outcome = 'superseded'
+  elseif idx < 1 or idx > total then
+    return { 'missing', int(j) }
+  elseif row[2] then
+    local kind = row[6] or (item.tag == '#' and '#')
+    if not owns(kind, item.tag) or processed_attempt(row[2]) ~= attempt then
+      outcome = 'superseded'
+    elseif row[3] and row[3] ~= '' and row[3] ~= '[]' then
+      return { 'partial', int(j) }
+    else
+      outcome = 'duplicate'
+    end
+  elseif tonumber(row[1] or '0') ~= attempt or not row[4] or row[5] or not owns(row[6], item.tag) then
+    outcome = 'superseded'
+  end
+  outcomes[j + 1] = outcome
+end
+
+-- Then the cursors move (buffered; a typed log cursor may still need its
+-- index extended, which ends the call with nothing written).
+for j, item in ipairs(items) do
+  if outcomes[j + 1] == 'ok' then
+    local row = rows[j]
+    local moved, missing = advance(item.consumer, row[6], item.idx, row[7], {}, true)
+    if not moved then return { 'index', missing, int(item.idx) } end
+  end
+end
+
+-- The head rows keep only their completion records.
+for j, item in ipairs(items) do
+  if outcomes[j + 1] == 'ok' then
+    local row, idx, at = rows[j], item.idx, item.at
+    put_row(idx, at, 'p', processed(now, item.attempt))
+    for _, column in ipairs({ 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'next', 'pins' }) do
+      drop_row(idx, at, column)
+    end
+    if row[6] == '#' then drop_row(idx, at, 'l') end
+    release_pins(idx, at, row[8])
+  end
+end
+flush_states()
+commit()
+return outcomes
