@@ -43,18 +43,29 @@ end
 read_bounds()
 
 -- A cursor this call may claim: served, not excluded, its head at or below
--- `through`. Returns the candidate, or nil.
+-- `through`. Returns the candidate { idx, cid = cid }, or nil. Its row and
+-- names are filled in only for the candidates kept (see name_candidate):
+-- every string built costs, and a scan may look at more cursors than it
+-- takes.
+local open_to_all = served_all and tonumber(ARGV[8]) == 0
 local function candidate_of(cid, idx)
   if idx > through then return nil end
+  if open_to_all then return { idx, cid = cid } end
   local consumer, tag = parse_cid(cid)
+  if not (served_all or served[consumer]) then return nil end
   local kind = string.sub(tag, 1, 1)
-  local named = consumer .. '\0' .. (kind == 'G' and ('L' .. string.sub(tag, 2)) or tag)
-  if not (served_all or served[consumer]) or excluded[named] then return nil end
-  return { idx, row_of(consumer, tag), consumer = consumer, cid = cid, kind = kind == '#' and '#' or tag }
+  if excluded[consumer .. '\0' .. (kind == 'G' and ('L' .. string.sub(tag, 2)) or tag)] then return nil end
+  return { idx, cid = cid }
+end
+local function name_candidate(candidate)
+  local consumer, tag = parse_cid(candidate.cid)
+  candidate[2] = row_of(consumer, tag)
+  candidate.consumer = consumer
+  candidate.kind = string.sub(tag, 1, 1) == '#' and '#' or tag
 end
 
 -- Heads free to claim, lowest index first: runnable scores 1 … through.
-local page_size = limit + tonumber(ARGV[8]) + 16
+local page_size = open_to_all and limit or (limit + tonumber(ARGV[8]) + 16)
 local candidates, offset = {}, 0
 while #candidates < limit do
   local page = redis.call('ZRANGEBYSCORE', READY, 1, through, 'WITHSCORES', 'LIMIT', offset, page_size)
@@ -127,6 +138,7 @@ table.sort(candidates, function(a, b)
   return a.cid < b.cid
 end)
 for i = #candidates, limit + 1, -1 do candidates[i] = nil end
+for _, candidate in ipairs(candidates) do name_candidate(candidate) end
 local taken = {}
 local rows = read_rows(candidates, { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f', 'pins' })
 for position, candidate in ipairs(candidates) do

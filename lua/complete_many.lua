@@ -34,7 +34,7 @@ for j = 1, k do
   items[j] = item
   refs[j] = { item.idx, item.at }
 end
-local rows = read_rows(refs, { 'd', 'p', 'ri', 'ch', 'f', 'l', 'next', 'pins' })
+local rows = read_rows(refs, { 'd', 'p', 'ri', 'ch', 'f', 'l', 'next', 'pins', 'a', 'lfa' })
 
 -- Every fence first: nothing is buffered or written until all have passed.
 local outcomes = { 'ok' }
@@ -70,16 +70,25 @@ for j, item in ipairs(items) do
   end
 end
 
--- The head rows keep only their completion records.
+-- The head rows keep only their completion records. A claimed head has
+-- its claim columns; the failure columns, the lane link and the pins are
+-- dropped only where the row has them (building a field name costs).
+local CLAIMED = { 'd', 'fc', 'lc', 'ch', 'ce' }
+local FAILED = { 'a', 'lf', 'lfa', 'e' }
 for j, item in ipairs(items) do
   if outcomes[j + 1] == 'ok' then
     local row, idx, at = rows[j], item.idx, item.at
     put_row(idx, at, 'p', processed(now, item.attempt))
-    for _, column in ipairs({ 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'next', 'pins' }) do
-      drop_row(idx, at, column)
+    for _, column in ipairs(CLAIMED) do drop_row(idx, at, column) end
+    if row[9] or row[10] then
+      for _, column in ipairs(FAILED) do drop_row(idx, at, column) end
     end
+    if row[7] then drop_row(idx, at, 'next') end
     if row[6] == '#' then drop_row(idx, at, 'l') end
-    release_pins(idx, at, row[8])
+    if row[8] then
+      release_pins(idx, at, row[8])
+      drop_row(idx, at, 'pins')
+    end
   end
 end
 flush_states()

@@ -80,11 +80,35 @@ end
 local function processed(now, attempt) return now .. ':' .. attempt end
 local function processed_attempt(p) return tonumber(string.match(p, ':(%d+)$') or '0') end
 
+-- Building a string is what a script pays most for on Redis (a
+-- number-to-text conversion or a concatenation costs as much as a small
+-- command), so chunk keys and row prefixes are built once per script.
+local chunk_keys, row_prefixes = {}, {}
 local function chunk_key(idx)
-  return SESSION .. 'heads:' .. int(math.floor((idx - 1) / CHUNK))
+  local chunk = math.floor((idx - 1) / CHUNK)
+  local key = chunk_keys[chunk]
+  if not key then
+    key = SESSION .. 'heads:' .. int(chunk)
+    chunk_keys[chunk] = key
+  end
+  return key
+end
+-- "<idx>:<row>:", the prefix of a head row's fields.
+local function row_prefix(idx, row)
+  local rows = row_prefixes[idx]
+  if not rows then
+    rows = {}
+    row_prefixes[idx] = rows
+  end
+  local prefix = rows[row]
+  if not prefix then
+    prefix = int(idx) .. ':' .. row .. ':'
+    rows[row] = prefix
+  end
+  return prefix
 end
 local function row_field(idx, row, column)
-  return int(idx) .. ':' .. row .. ':' .. column
+  return row_prefix(idx, row) .. column
 end
 
 -- Reads `columns` of each { index, row } ref with one HMGET per chunk.
@@ -100,7 +124,7 @@ local function read_rows(refs, columns)
       order[#order + 1] = key
     end
     group.positions[#group.positions + 1] = position
-    local prefix = int(ref[1]) .. ':' .. ref[2] .. ':'
+    local prefix = row_prefix(ref[1], ref[2])
     local names = group.names
     for c = 1, #columns do names[#names + 1] = prefix .. columns[c] end
   end
