@@ -67,11 +67,14 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 			}
 		}
 	}
-	now := s.now()
 	origin := ""
 	if opts.OriginIndex > 0 {
 		origin = itoa(opts.OriginIndex)
 	}
+	if plainBatch(events, opts.Consumers) {
+		return s.appendPlain(ctx, session, served, &plainCall{ctx: ctx, batch: batch, origin: origin})
+	}
+	now := s.now()
 	args := make([]string, 0, 4+len(batch)*5)
 	args = append(args, itoa(now), itoa(int64(len(batch))), served, origin)
 	for i, e := range batch {
@@ -82,11 +85,7 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 		}
 		args = append(args, e.id, e.typ, string(e.payload), cause, e.targets)
 	}
-	script := "append"
-	if plainBatch(events, opts.Consumers) {
-		script = "append_plain"
-	}
-	reply, err := s.runIndexed(ctx, script, session, args)
+	reply, err := s.runIndexed(ctx, "append", session, args)
 	if err != nil {
 		return AppendResult{}, err
 	}

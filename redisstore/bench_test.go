@@ -141,20 +141,48 @@ func BenchmarkAppend(b *testing.B) {
 		})
 		done(b.N, "op")
 	})
-	b.Run("append-100/callers=16", func(b *testing.B) {
-		s := session("a100")
-		batch := make([]a2redis.Event, 100)
+	// The same with every append in a script call of its own.
+	single, err := redisstore.New(e.ctx, e.client, redisstore.Config{Prefix: "bench", NoCoalescing: true})
+	require.NoError(b, err)
+	b.Run("append-1/callers=64/no-coalescing", func(b *testing.B) {
+		s := session("a1n")
 		done := e.measure(b)
-		parallel(b, 16, func(int) error {
-			events := make([]a2redis.Event, len(batch))
-			for i := range events {
-				events[i] = a2redis.Event{Type: "t", Payload: benchPayload}
-			}
-			_, err := e.store.Append(e.ctx, s, events, redisstore.AppendOptions{})
+		parallel(b, 64, func(int) error {
+			_, err := single.Append(e.ctx, s, []a2redis.Event{{Type: "t", Payload: benchPayload}}, redisstore.AppendOptions{})
 			return err
 		})
-		done(b.N*100, "event")
+		done(b.N, "op")
 	})
+	b.Run("append-1/callers=64/sessions=64", func(b *testing.B) {
+		sessions := make([]string, 64)
+		for i := range sessions {
+			sessions[i] = session("a1s")
+		}
+		done := e.measure(b)
+		parallel(b, 64, func(i int) error {
+			_, err := e.store.Append(e.ctx, sessions[i%64], []a2redis.Event{{Type: "t", Payload: benchPayload}}, redisstore.AppendOptions{})
+			return err
+		})
+		done(b.N, "op")
+	})
+	for _, st := range []struct {
+		name  string
+		store *redisstore.Store
+	}{{"", e.store}, {"/no-coalescing", single}} {
+		b.Run("append-100/callers=16"+st.name, func(b *testing.B) {
+			s := session("a100")
+			done := e.measure(b)
+			parallel(b, 16, func(int) error {
+				events := make([]a2redis.Event, 100)
+				for i := range events {
+					events[i] = a2redis.Event{Type: "t", Payload: benchPayload}
+				}
+				_, err := st.store.Append(e.ctx, s, events, redisstore.AppendOptions{})
+				return err
+			})
+			done(b.N*100, "event")
+		})
+	}
 	for _, history := range []int{1_000, 100_000} {
 		b.Run(fmt.Sprintf("append-1/history=%d", history), func(b *testing.B) {
 			s := session("hist")

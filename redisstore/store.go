@@ -78,6 +78,13 @@ type Config struct {
 	MaxBatch int
 	// ClaimLimit is the default ClaimRequest.Limit. Default 256.
 	ClaimLimit int
+	// NoCoalescing sends every plain Append (no targets, no causes, no
+	// served log consumer) in a script call of its own. By default, plain
+	// appends to one session that arrive while an earlier one is in flight
+	// queue up and go together in the next call, each batch still screened
+	// and written on its own: the same results, fewer script calls and
+	// wake-ups on a busy session.
+	NoCoalescing bool
 }
 
 // Store is an a2redis store on one key prefix. It is safe for concurrent
@@ -88,6 +95,8 @@ type Store struct {
 	schema  string
 	mu      sync.Mutex
 	locking int // 0 unknown, 1 yes, 2 no
+
+	coalesce coalescer
 }
 
 // New returns a store on client. It claims the prefix's layout (a prefix

@@ -1,0 +1,263 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/notify"
+)
+
+// Plain appends (no targets, no causes, no served log consumer) to one
+// session coalesce: while one call's script is in flight, the appends that
+// arrive for the same session and served set queue up, and the next script
+// call carries all of them, each batch screened and written on its own.
+// An uncontended append runs at once; a busy session pays one script call
+// and one wake-up per round instead of one per append.
+
+// Most batches and events one coalesced call carries, and the largest
+// batch that coalesces at all: a larger one already spreads its call's
+// cost over its events, and sending it at once keeps it pipelined with
+// other callers' (a line has one call in flight at a time).
+const (
+	coalesceMaxBatches = 256
+	coalesceMaxEvents  = 4096
+	coalesceBatchLimit = 16
+)
+
+// plainCall is one plain Append waiting for, or riding in, a coalesced call.
+type plainCall struct {
+	ctx    context.Context
+	batch  []prepared
+	origin string
+	done   chan struct{}
+	res    AppendResult
+	err    error
+}
+
+// plainLine is the queue of one session and served set.
+type plainLine struct {
+	busy  bool
+	queue []*plainCall
+}
+
+type coalescer struct {
+	mu    sync.Mutex
+	lines map[string]*plainLine
+}
+
+// appendPlain runs a plain append through its session's line.
+func (s *Store) appendPlain(ctx context.Context, session, served string, call *plainCall) (AppendResult, error) {
+	if s.cfg.NoCoalescing || len(call.batch) > coalesceBatchLimit {
+		s.runPlain(session, served, []*plainCall{call})
+		return call.res, call.err
+	}
+	key := session + "\x00" + served
+	c := &s.coalesce
+	c.mu.Lock()
+	if c.lines == nil {
+		c.lines = map[string]*plainLine{}
+	}
+	line := c.lines[key]
+	if line == nil {
+		line = &plainLine{}
+		c.lines[key] = line
+	}
+	if !line.busy {
+		// Nothing in flight: this call leads. What queues meanwhile goes
+		// to a drain, so the leader returns with its own result.
+		line.busy = true
+		c.mu.Unlock()
+		s.runPlain(session, served, []*plainCall{call})
+		c.mu.Lock()
+		if len(line.queue) == 0 {
+			line.busy = false
+			delete(c.lines, key)
+			c.mu.Unlock()
+		} else {
+			c.mu.Unlock()
+			go s.drainPlain(session, served, key, line)
+		}
+		return call.res, call.err
+	}
+	call.done = make(chan struct{})
+	line.queue = append(line.queue, call)
+	c.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.res, call.err
+	case <-ctx.Done():
+		// Still queued: it is dropped and nothing is written. Already
+		// taken: its outcome is unknown, as for any call cut short; a
+		// retry with the same ids replays or writes it.
+		return AppendResult{}, ctx.Err()
+	}
+}
+
+// drainPlain runs a busy line's queued calls, a round at a time, until the
+// queue is empty; then the line is idle again.
+func (s *Store) drainPlain(session, served, key string, line *plainLine) {
+	for {
+		group := s.takeRound(key, line)
+		if group == nil {
+			return
+		}
+		s.runPlain(session, served, group)
+		for _, call := range group {
+			close(call.done)
+		}
+	}
+}
+
+// takeRound takes the next round's calls off the line (the ones whose
+// context already ended are dropped unsent), or returns nil and marks the
+// line idle when none is left.
+func (s *Store) takeRound(key string, line *plainLine) []*plainCall {
+	c := &s.coalesce
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var group []*plainCall
+	events := 0
+	rest := line.queue[:0]
+	for _, call := range line.queue {
+		switch {
+		case call.ctx.Err() != nil:
+			call.err = call.ctx.Err()
+			close(call.done)
+		case len(group) < coalesceMaxBatches && (len(group) == 0 || events+len(call.batch) <= coalesceMaxEvents):
+			group = append(group, call)
+			events += len(call.batch)
+		default:
+			rest = append(rest, call)
+		}
+	}
+	clear(line.queue[len(rest):])
+	line.queue = rest
+	if len(group) == 0 {
+		line.busy = false
+		delete(c.lines, key)
+	}
+	return group
+}
+
+// runPlain sends one append_plain call for the group's batches and hands
+// each call its result. The call runs under a context that outlives any one
+// caller: it ends at the latest deadline among them, or never.
+func (s *Store) runPlain(session, served string, group []*plainCall) {
+	ctx := group[0].ctx
+	if len(group) > 1 {
+		var cancel context.CancelFunc
+		ctx, cancel = groupContext(group)
+		defer cancel()
+	}
+	now := s.now()
+	size := 3
+	for _, call := range group {
+		size += 2 + 3*len(call.batch)
+	}
+	args := make([]string, 0, size)
+	args = append(args, itoa(now), served, itoa(int64(len(group))))
+	for _, call := range group {
+		args = append(args, itoa(int64(len(call.batch))), call.origin)
+		for _, e := range call.batch {
+			args = append(args, e.id, e.typ, string(e.payload))
+		}
+	}
+	reply, err := s.run(ctx, "append_plain", session, args)
+	if err == nil && len(reply) != len(group)+1 {
+		err = fmt.Errorf("%w: append_plain replied %d outcomes for %d batches", a2redis.ErrUnexpectedReply, len(reply)-1, len(group))
+	}
+	if err != nil {
+		for _, call := range group {
+			call.err = err
+		}
+		return
+	}
+	pending := word(reply, 0) == "1"
+	var entries []notify.Entry
+	var head, replayed int64
+	for i, call := range group {
+		outcome, err := reply[i+1].ToArray()
+		if err != nil {
+			call.err = fmt.Errorf("%w: append_plain replied %v", a2redis.ErrUnexpectedReply, reply[i+1])
+			continue
+		}
+		call.res, call.err = s.plainOutcome(session, call, now, pending, outcome)
+		if call.err != nil {
+			continue
+		}
+		for _, ev := range call.res.Events {
+			if call.res.Replayed {
+				replayed = max(replayed, ev.Index)
+				continue
+			}
+			entries = append(entries, notify.Entry{Index: ev.Index, ID: ev.ID, Type: ev.Type, Payload: ev.Payload})
+			head = max(head, ev.Index)
+		}
+	}
+	switch {
+	case len(entries) > 0:
+		s.publish(ctx, session, notify.Encode(head, now, entries))
+	case replayed > 0:
+		// A replayed batch's first try may have committed without its
+		// wake-up.
+		s.publish(ctx, session, notify.EncodeBare(replayed))
+	}
+}
+
+// plainOutcome decodes one batch's outcome of append_plain.
+func (s *Store) plainOutcome(session string, call *plainCall, now int64, pending bool, outcome []rueidis.RedisMessage) (AppendResult, error) {
+	switch word(outcome, 0) {
+	case "ok":
+		first, err := number(outcome, 1)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		stored := make([]a2redis.StoredEvent, len(call.batch))
+		for i, e := range call.batch {
+			stored[i] = e.stored(session, first+int64(i), now, nil)
+		}
+		return AppendResult{Events: stored, HasPending: pending}, nil
+	case "empty":
+		return AppendResult{Events: []a2redis.StoredEvent{}, HasPending: pending}, nil
+	case "dup":
+		stored := make([]a2redis.StoredEvent, 0, len(call.batch))
+		for _, m := range outcome[1:] {
+			ev, err := entry(session, m)
+			if err != nil {
+				return AppendResult{}, err
+			}
+			stored = append(stored, ev)
+		}
+		if len(stored) != len(call.batch) {
+			return AppendResult{}, fmt.Errorf("%w: append replayed %d of %d events", a2redis.ErrUnexpectedReply, len(stored), len(call.batch))
+		}
+		return AppendResult{Events: stored, Replayed: true, HasPending: pending}, nil
+	case "partial":
+		return AppendResult{}, errorf(a2redis.ErrPartialDuplicateBatch, session, "%s of %d event ids are already stored", word(outcome, 1), len(call.batch))
+	case "cleared":
+		return AppendResult{}, errorf(a2redis.ErrSessionCleared, session, "scheduled work from event %s was cleared", word(outcome, 1))
+	}
+	return AppendResult{}, fmt.Errorf("%w: append_plain replied %v", a2redis.ErrUnexpectedReply, outcome)
+}
+
+// groupContext is the context of a coalesced call: no caller's cancellation
+// ends it, and it lasts until the latest deadline among the callers (none
+// when one has none).
+func groupContext(group []*plainCall) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, call := range group {
+		deadline, ok := call.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(context.WithoutCancel(call.ctx))
+		}
+		if deadline.After(latest) {
+			latest = deadline
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(group[0].ctx), latest)
+}
