@@ -310,13 +310,11 @@ func drainEventCursors(ctx context.Context, st *redisstore.Store, sessions []str
 					}
 					continue
 				}
-				for _, head := range res.Heads {
-					if _, err := st.CompleteAttempt(ctx, redisstore.CompleteRequest{Session: session, Head: head.Ref(), Attempt: head.Attempts}); err != nil {
-						cancel(err)
-						return
-					}
-					nHandled.Add(1)
+				if err := completeAll(ctx, st, session, res.Heads); err != nil {
+					cancel(err)
+					return
 				}
+				nHandled.Add(int64(len(res.Heads)))
 				tokens <- session
 			}
 		}()
@@ -363,19 +361,13 @@ func drainLanes(ctx context.Context, st *redisstore.Store, sessions []string, la
 				if res.Outcome != redisstore.Claimed || len(res.Heads) == 0 {
 					return
 				}
-				var lanesWG sync.WaitGroup
-				for _, head := range res.Heads {
-					lanesWG.Add(1)
-					go func() {
-						defer lanesWG.Done()
-						if _, err := st.CompleteAttempt(ctx, redisstore.CompleteRequest{Session: session, Head: head.Ref(), Attempt: head.Attempts}); err != nil {
-							cancel(err)
-							return
-						}
-						nHandled.Add(1)
-					}()
+				// One head per lane; the handlers return nothing, so the
+				// heads complete together.
+				if err := completeAll(ctx, st, session, res.Heads); err != nil {
+					cancel(err)
+					return
 				}
-				lanesWG.Wait()
+				nHandled.Add(int64(len(res.Heads)))
 			}
 		}()
 	}
@@ -637,4 +629,15 @@ func a2LatencyClaim(ctx context.Context, h *harness, n int) (Measurement, error)
 			"fallback_wakeups":       float64(fallbacks.Load()),
 		},
 	}, nil
+}
+
+// completeAll completes the heads of one claim in one call (CompleteAttempts),
+// as a worker whose handlers return no events does.
+func completeAll(ctx context.Context, st *redisstore.Store, session string, heads []a2redis.HeadEvent) error {
+	done := make([]redisstore.Completion, len(heads))
+	for i, h := range heads {
+		done[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+	}
+	_, err := st.CompleteAttempts(ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: done})
+	return err
 }

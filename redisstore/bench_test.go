@@ -257,6 +257,16 @@ func BenchmarkProcess(b *testing.B) {
 			e.drain(b, s, handlers, 16)
 			done(b.N, "event")
 		})
+		b.Run(fmt.Sprintf("event-cursors/handlers=%d/complete-one-by-one", handlers), func(b *testing.B) {
+			s := session("ev1")
+			e.fill(b, s, b.N, func(int) a2redis.Event {
+				return a2redis.Event{Type: "t", Payload: benchPayload, Targets: []a2redis.Target{{Consumer: "c"}}}
+			})
+			b.ResetTimer()
+			done := e.measure(b)
+			drainT(b, e, s, handlers, 16, true)
+			done(b.N, "event")
+		})
 	}
 	for _, lanes := range []int{1, 16} {
 		b.Run(fmt.Sprintf("ordered/lanes=%d", lanes), func(b *testing.B) {
@@ -277,10 +287,12 @@ func BenchmarkProcess(b *testing.B) {
 // until it is settled.
 func (e *bench) drain(b *testing.B, session string, handlers, limit int) {
 	b.Helper()
-	drainT(b, e, session, handlers, limit)
+	drainT(b, e, session, handlers, limit, false)
 }
 
-func drainT(b testing.TB, e *bench, session string, handlers, limit int) {
+// drainT drains with CompleteAttempts per claim, or with oneByOne a
+// CompleteAttempt per head.
+func drainT(b testing.TB, e *bench, session string, handlers, limit int, oneByOne bool) {
 	var wg sync.WaitGroup
 	for w := range handlers {
 		wg.Add(1)
@@ -298,6 +310,15 @@ func drainT(b testing.TB, e *bench, session string, handlers, limit int) {
 					return
 				case redisstore.Busy:
 					time.Sleep(200 * time.Microsecond)
+					continue
+				}
+				if oneByOne {
+					for _, h := range c.Heads {
+						if _, err := e.store.CompleteAttempt(e.ctx, redisstore.CompleteRequest{Session: session, Head: h.Ref(), Attempt: h.Attempts}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
 					continue
 				}
 				// The handlers return no events: the heads of one claim

@@ -131,4 +131,31 @@ func TestCommandsPerOperation(t *testing.T) {
 	t.Logf("append + claim + complete per event (claims of 100): %.2f commands: %s", total, list)
 	assert.LessOrEqual(t, total, 15.0)
 	assert.LessOrEqual(t, float64(stats["evalsha"])/ops, 2.0+0.01)
+
+	// The same with the heads of each claim of 16 completed together.
+	resetStats(ctx, t, c)
+	for range ops / 16 {
+		for range 16 {
+			_, err := s.Append(ctx, "together", []a2redis.Event{{Type: "t", Payload: []byte(`{"n":1}`), Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
+			require.NoError(t, err)
+		}
+		cl, err := s.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: "together", Holder: "w", TTL: time.Minute, Limit: 16})
+		require.NoError(t, err)
+		require.Len(t, cl.Heads, 16)
+		done := make([]redisstore.Completion, len(cl.Heads))
+		for i, h := range cl.Heads {
+			done[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+		}
+		res, err := s.CompleteAttempts(ctx, redisstore.CompleteAttemptsRequest{Session: "together", Attempts: done})
+		require.NoError(t, err)
+		for _, r := range res {
+			require.Equal(t, redisstore.Completed, r.Outcome)
+		}
+	}
+	events := ops / 16 * 16
+	stats = commandStats(ctx, t, c)
+	total, list = perOp(stats, events)
+	t.Logf("append + claim of 16 + CompleteAttempts of 16, per event: %.2f commands: %s", total, list)
+	assert.LessOrEqual(t, total, 15.0)
+	assert.Equal(t, float64(events+2*events/16), float64(stats["evalsha"]), "one script per append, one per claim, one per 16 completions")
 }
