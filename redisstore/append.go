@@ -45,6 +45,9 @@ type AppendResult struct {
 // with only some stored fails with ErrPartialDuplicateBatch. Events with a
 // Cause commit only while that attempt owns its head (ErrSupersededAttempt).
 // After the write it publishes a wake-up on the session's notify channel.
+// Plain appends (no targets, no causes, no served log consumer) to a session
+// that arrive while another is in flight go together in the next script
+// call, each with its own result (see Config.NoCoalescing).
 func (s *Store) Append(ctx context.Context, session string, events []a2redis.Event, opts AppendOptions) (AppendResult, error) {
 	if err := checkSession(session); err != nil {
 		return AppendResult{}, err
