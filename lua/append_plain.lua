@@ -1,10 +1,11 @@
--- append_plain: appends one or more batches that carry no cursor work — no
--- event has targets or a cause, and no served consumer declares a log — to
--- one session. The store coalesces concurrent appends to a session into one
--- call; each batch keeps append's semantics on its own (all or nothing,
--- contiguous indexes, idempotent by event id, the clear fence on its
--- origin), in the order given. It is every producer's hot path, so it is
--- written flat, without the shared includes: Redis runs a script's whole
+-- append_plain: appends one or more batches that carry no cursor state to
+-- one session: no event has a cause or a lane target, and no served
+-- consumer declares a log. Events may target event cursors (each target is a
+-- new runnable head). The store coalesces concurrent appends to a session
+-- into one call; each batch keeps append's semantics on its own (all or
+-- nothing, contiguous indexes, idempotent by event id, the clear fence on
+-- its origin), in the order given. It is every producer's hot path, so it
+-- is written flat, without the shared includes: Redis runs a script's whole
 -- chunk on every call, and each helper, table and string it builds costs
 -- server time.
 --
@@ -13,7 +14,8 @@
 -- ARGV[2]  served consumers: '' for all, else a JSON list of [name]
 -- ARGV[3]  k, the number of batches
 -- then per batch: its event count n and its origin index or '', followed by
---   n triples: id, type, payload JSON
+--   n events, each: id, type, payload JSON, m (its event-cursor targets),
+--   then m cursor-id prefixes '<byte length of consumer>:<consumer>#'
 --
 -- Replies: { has_pending, outcome... }, one outcome per batch:
 --   { 'ok', first index }   appended
@@ -34,8 +36,11 @@ local starts, at = {}, 4
 for b = 1, k do
   starts[b] = at
   local n = tonumber(ARGV[at])
-  for i = 1, n do keys[#keys + 1] = session .. 'id:' .. ARGV[at + 2 + (i - 1) * 3] end
-  at = at + 2 + n * 3
+  at = at + 2
+  for _ = 1, n do
+    keys[#keys + 1] = session .. 'id:' .. ARGV[at]
+    at = at + 4 + tonumber(ARGV[at + 3])
+  end
 end
 local values
 if #keys <= 1000 then
@@ -56,14 +61,25 @@ local live = tonumber(values[4] or '0')
 local log, now = session .. 'log', ARGV[1]
 local typed = values[3] and cjson.decode(values[3]) or nil
 local written, writes, indexed = {}, {}, nil
+local heads, pending_fast = {}, false
+local served = nil
+if ARGV[2] ~= '' then
+  served = {}
+  for _, entry in ipairs(cjson.decode(ARGV[2])) do served[entry[1]] = true end
+end
 local replies = { false }
 local key_at = 4
 for b = 1, k do
   local start = starts[b]
   local n, origin = tonumber(ARGV[start]), ARGV[start + 1]
-  local owners, found = {}, 0
+  local owners, found, offsets = {}, 0, {}
+  local o = start + 2
   for i = 1, n do
-    local id = ARGV[start + 2 + (i - 1) * 3]
+    offsets[i] = o
+    o = o + 4 + tonumber(ARGV[o + 3])
+  end
+  for i = 1, n do
+    local id = ARGV[offsets[i]]
     local owner = written[id]
     if not owner then
       owner = values[key_at + i]
@@ -90,13 +106,28 @@ for b = 1, k do
     -- of a type some log cursor reads also join that type's index.
     reply = { 'ok', string.format('%d', total + 1) }
     for i = 1, n do
-      local o = start + 2 + (i - 1) * 3
+      local o = offsets[i]
       local idx = string.format('%d', total + i)
       redis.call('XADD', log, idx .. '-0', 'id', ARGV[o], 'type', ARGV[o + 1],
         'payload', ARGV[o + 2], 'created_at', now, 'cause', '')
       written[ARGV[o]] = idx
       writes[#writes + 1] = keys[key_at + i]
       writes[#writes + 1] = idx
+      -- Each event-cursor target is a new runnable head scoring its index.
+      for t = 1, tonumber(ARGV[o + 3]) do
+        local prefix = ARGV[o + 3 + t]
+        heads[#heads + 1] = total + i
+        heads[#heads + 1] = prefix .. idx
+        live = live + 1
+        if not pending_fast then
+          if served == nil then
+            pending_fast = true
+          else
+            local colon = string.find(prefix, ':', 1, true)
+            pending_fast = served[string.sub(prefix, colon + 1, -2)] == true
+          end
+        end
+      end
       local entry = typed and typed[ARGV[o + 1]]
       if entry then
         indexed = indexed or {}
@@ -119,6 +150,13 @@ end
 if #writes > 0 then
   writes[#writes + 1] = counter
   writes[#writes + 1] = string.format('%d', total)
+  if #heads > 0 then
+    for first = 1, #heads, 1000 do
+      redis.call('ZADD', session .. 'runnable', unpack(heads, first, math.min(first + 999, #heads)))
+    end
+    writes[#writes + 1] = session .. 'live'
+    writes[#writes + 1] = string.format('%d', live)
+  end
   if indexed then
     for name, list in pairs(indexed) do
       local hex = string.gsub(name, '.', function(c) return string.format('%02x', string.byte(c)) end)
@@ -137,13 +175,11 @@ end
 -- '1' when a served consumer has a live head: with every consumer served,
 -- the live count; else newest heads first (a retired consumer's backlog is
 -- older than the work a deployment serves).
-local pending = '0'
-if live > 0 then
-  if ARGV[2] == '' then
+local pending = pending_fast and '1' or '0'
+if pending == '0' and live > 0 then
+  if served == nil then
     pending = '1'
   else
-    local served = {}
-    for _, entry in ipairs(cjson.decode(ARGV[2])) do served[entry[1]] = true end
     local ready, offset = session .. 'runnable', 0
     while pending == '0' do
       local page = redis.call('ZREVRANGEBYSCORE', ready, '+inf', 1, 'LIMIT', offset, 64)

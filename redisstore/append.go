@@ -10,6 +10,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
+	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/notify"
 )
 
@@ -45,7 +46,7 @@ type AppendResult struct {
 // with only some stored fails with ErrPartialDuplicateBatch. Events with a
 // Cause commit only while that attempt owns its head (ErrSupersededAttempt).
 // After the write it publishes a wake-up on the session's notify channel.
-// Plain appends (no targets, no causes, no served log consumer) to a session
+// Plain appends (no causes, no lane targets, no served log consumer) to a session
 // that arrive while another is in flight go together in the next script
 // call, each with its own result (see Config.NoCoalescing).
 func (s *Store) Append(ctx context.Context, session string, events []a2redis.Event, opts AppendOptions) (AppendResult, error) {
@@ -75,7 +76,13 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 		origin = itoa(opts.OriginIndex)
 	}
 	if plainBatch(events, opts.Consumers) {
-		return s.appendPlain(ctx, session, served, &plainCall{ctx: ctx, batch: batch, origin: origin})
+		call := &plainCall{ctx: ctx, batch: batch, origin: origin, heads: make([][]string, len(events))}
+		for i, e := range events {
+			for _, t := range e.Targets {
+				call.heads[i] = append(call.heads[i], keys.EventRow(t.Consumer))
+			}
+		}
+		return s.appendPlain(ctx, session, served, call)
 	}
 	now := s.now()
 	args := make([]string, 0, 4+len(batch)*5)
@@ -143,12 +150,18 @@ func (s *Store) appendResult(ctx context.Context, session string, events []a2red
 	return AppendResult{}, fmt.Errorf("%w: append replied %v", a2redis.ErrUnexpectedReply, reply)
 }
 
-// plainBatch reports a batch without cursor work: no targets, no causes,
-// no served log consumer. The smaller append_plain script serves it.
+// plainBatch reports a batch without cursor state to move: no causes, no
+// lane targets, no served log consumer (event-cursor targets are fine: each
+// is a new head). The flat append_plain script serves it.
 func plainBatch(events []a2redis.Event, consumers []a2redis.Consumer) bool {
 	for _, e := range events {
-		if len(e.Targets) > 0 || e.Cause != nil {
+		if e.Cause != nil {
 			return false
+		}
+		for _, t := range e.Targets {
+			if t.Lane != "" {
+				return false
+			}
 		}
 	}
 	for _, c := range consumers {

@@ -12,7 +12,7 @@ import (
 	"github.com/a2redis/a2redis/notify"
 )
 
-// Plain appends (no targets, no causes, no served log consumer) to one
+// Plain appends (no causes, no lane targets, no served log consumer) to one
 // session coalesce: while one call's script is in flight, the appends that
 // arrive for the same session and served set queue up, and the next script
 // call carries all of them, each batch screened and written on its own.
@@ -33,6 +33,7 @@ const (
 type plainCall struct {
 	ctx    context.Context
 	batch  []prepared
+	heads  [][]string // per event, its event-cursor targets' row names
 	origin string
 	done   chan struct{}
 	res    AppendResult
@@ -157,14 +158,18 @@ func (s *Store) runPlain(session, served string, group []*plainCall) {
 	now := s.now()
 	size := 3
 	for _, call := range group {
-		size += 2 + 3*len(call.batch)
+		size += 2 + 4*len(call.batch)
+		for _, h := range call.heads {
+			size += len(h)
+		}
 	}
 	args := make([]string, 0, size)
 	args = append(args, itoa(now), served, itoa(int64(len(group))))
 	for _, call := range group {
 		args = append(args, itoa(int64(len(call.batch))), call.origin)
-		for _, e := range call.batch {
-			args = append(args, e.id, e.typ, string(e.payload))
+		for i, e := range call.batch {
+			args = append(args, e.id, e.typ, string(e.payload), itoa(int64(len(call.heads[i]))))
+			args = append(args, call.heads[i]...)
 		}
 	}
 	reply, err := s.run(ctx, "append_plain", session, args)

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -37,12 +38,19 @@ func TestCoalescedAppendsKeepEachBatchsSemantics(t *testing.T) {
 					batch := make([]a2redis.Event, n)
 					for i := range batch {
 						batch[i] = a2redis.Event{ID: fmt.Sprintf("c%d-r%d-%d", c, r, i), Type: "t", Payload: []byte(fmt.Sprintf(`{"c":%d}`, c))}
+						if c%2 == 0 {
+							// Event-cursor targets ride the same path.
+							batch[i].Targets = []a2redis.Target{{Consumer: "w"}, {Consumer: fmt.Sprintf("x:%d", c)}}
+						}
 					}
 					res, err := e.store.Append(e.ctx, "s", batch, redisstore.AppendOptions{})
 					if !assert.NoError(t, err) {
 						return
 					}
 					assert.False(t, res.Replayed)
+					if c%2 == 0 {
+						assert.True(t, res.HasPending, "a targeted batch leaves heads pending")
+					}
 					mu.Lock()
 					wrote = append(wrote, res.Events)
 					for _, ev := range res.Events {
@@ -74,6 +82,25 @@ func TestCoalescedAppendsKeepEachBatchsSemantics(t *testing.T) {
 				require.Equal(t, batch[0].Index+int64(i), batch[i].Index, "a batch's events are contiguous")
 			}
 		}
+		// Every targeted event is a head of both its consumers, once.
+		want := map[string]bool{}
+		for _, ev := range stored {
+			var payload struct{ C int }
+			require.NoError(t, json.Unmarshal(ev.Payload, &payload))
+			if payload.C%2 == 0 {
+				want[fmt.Sprintf("w@%d", ev.Index)] = true
+				want[fmt.Sprintf("x:%d@%d", payload.C, ev.Index)] = true
+			}
+		}
+		claim, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "h", TTL: time.Minute, Limit: 10_000})
+		require.NoError(t, err)
+		got := map[string]bool{}
+		for _, h := range claim.Heads {
+			key := fmt.Sprintf("%s@%d", h.Consumer, h.Index)
+			require.False(t, got[key], "head %s twice", key)
+			got[key] = true
+		}
+		require.Equal(t, want, got)
 	})
 }
 

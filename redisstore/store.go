@@ -78,7 +78,7 @@ type Config struct {
 	MaxBatch int
 	// ClaimLimit is the default ClaimRequest.Limit. Default 256.
 	ClaimLimit int
-	// NoCoalescing sends every plain Append (no targets, no causes, no
+	// NoCoalescing sends every plain Append (no causes, no lane targets, no
 	// served log consumer) in a script call of its own. By default, plain
 	// appends to one session that arrive while an earlier one is in flight
 	// queue up and go together in the next call, each batch still screened
