@@ -31,15 +31,20 @@ local k = tonumber(ARGV[3])
 -- Where each batch's arguments start, and one MGET (in slices of 1000 keys)
 -- for the counter, the clear marker, the typed registry, the live count and
 -- the owner of every id.
+-- offsets[e] is where the e-th event of the call starts (its id), over
+-- all batches; keys[4 + e] is its id record.
 local keys = { counter, session .. 'clear', session .. 'typed', session .. 'live' }
-local starts, at = {}, 4
+local starts, offsets, at, e = {}, {}, 4, 0
 for b = 1, k do
   starts[b] = at
   local n = tonumber(ARGV[at])
   at = at + 2
   for _ = 1, n do
-    keys[#keys + 1] = session .. 'id:' .. ARGV[at]
-    at = at + 4 + tonumber(ARGV[at + 3])
+    e = e + 1
+    offsets[e] = at
+    keys[4 + e] = session .. 'id:' .. ARGV[at]
+    local m = ARGV[at + 3]
+    at = at + (m == '0' and 4 or 4 + tonumber(m))
   end
 end
 local values
@@ -60,8 +65,8 @@ local live = tonumber(values[4] or '0')
 
 local log, now = session .. 'log', ARGV[1]
 local typed = values[3] and cjson.decode(values[3]) or nil
-local written, writes, indexed = {}, {}, nil
-local heads, pending_fast = {}, false
+local written, writes, indexed = (k > 1) and {} or nil, {}, nil
+local heads, pending_fast = nil, false
 local served = nil
 if ARGV[2] ~= '' then
   served = {}
@@ -72,15 +77,9 @@ local key_at = 4
 for b = 1, k do
   local start = starts[b]
   local n, origin = tonumber(ARGV[start]), ARGV[start + 1]
-  local owners, found, offsets = {}, 0, {}
-  local o = start + 2
+  local owners, found = {}, 0
   for i = 1, n do
-    offsets[i] = o
-    o = o + 4 + tonumber(ARGV[o + 3])
-  end
-  for i = 1, n do
-    local id = ARGV[offsets[i]]
-    local owner = written[id]
+    local owner = written and written[ARGV[offsets[key_at - 4 + i]]]
     if not owner then
       owner = values[key_at + i]
       if owner and tonumber(owner) < boundary then owner = false end
@@ -106,16 +105,17 @@ for b = 1, k do
     -- of a type some log cursor reads also join that type's index.
     reply = { 'ok', string.format('%d', total + 1) }
     for i = 1, n do
-      local o = offsets[i]
+      local o = offsets[key_at - 4 + i]
       local idx = string.format('%d', total + i)
       redis.call('XADD', log, idx .. '-0', 'id', ARGV[o], 'type', ARGV[o + 1],
         'payload', ARGV[o + 2], 'created_at', now, 'cause', '')
-      written[ARGV[o]] = idx
+      if written then written[ARGV[o]] = idx end
       writes[#writes + 1] = keys[key_at + i]
       writes[#writes + 1] = idx
       -- Each event-cursor target is a new runnable head scoring its index.
       for t = 1, tonumber(ARGV[o + 3]) do
         local prefix = ARGV[o + 3 + t]
+        heads = heads or {}
         heads[#heads + 1] = total + i
         heads[#heads + 1] = prefix .. idx
         live = live + 1
@@ -150,7 +150,7 @@ end
 if #writes > 0 then
   writes[#writes + 1] = counter
   writes[#writes + 1] = string.format('%d', total)
-  if #heads > 0 then
+  if heads then
     for first = 1, #heads, 1000 do
       redis.call('ZADD', session .. 'runnable', unpack(heads, first, math.min(first + 999, #heads)))
     end
