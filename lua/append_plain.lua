@@ -18,7 +18,7 @@
 --   then m cursor-id prefixes '<byte length of consumer>:<consumer>#'
 --
 -- Replies: { has_pending, outcome... }, one outcome per batch:
---   { 'ok', first index }   appended
+--   first index             appended (an integer, not a list)
 --   { 'empty' }             n was 0
 --   { 'dup', entry... }     every id stored (by an earlier call or an earlier
 --                           batch of this one): the stored entries, in order
@@ -72,20 +72,23 @@ if ARGV[2] ~= '' then
   served = {}
   for _, entry in ipairs(cjson.decode(ARGV[2])) do served[entry[1]] = true end
 end
+-- The index that owns the call's e-th id in this lifetime, or false.
+local function owner_of(e)
+  local owner = written and written[ARGV[offsets[e]]]
+  if not owner then
+    owner = values[4 + e]
+    if owner and tonumber(owner) < boundary then owner = false end
+  end
+  return owner
+end
 local replies = { false }
 local key_at = 4
 for b = 1, k do
   local start = starts[b]
   local n, origin = tonumber(ARGV[start]), ARGV[start + 1]
-  local owners, found = {}, 0
+  local found = 0
   for i = 1, n do
-    local owner = written and written[ARGV[offsets[key_at - 4 + i]]]
-    if not owner then
-      owner = values[key_at + i]
-      if owner and tonumber(owner) < boundary then owner = false end
-    end
-    owners[i] = owner
-    if owner then found = found + 1 end
+    if owner_of(key_at - 4 + i) then found = found + 1 end
   end
   local reply
   if n == 0 then
@@ -93,7 +96,7 @@ for b = 1, k do
   elseif found == n then
     reply = { 'dup' }
     for i = 1, n do
-      local entry = owners[i] .. '-0'
+      local entry = owner_of(key_at - 4 + i) .. '-0'
       reply[1 + i] = redis.call('XRANGE', log, entry, entry)[1]
     end
   elseif found > 0 then
@@ -103,7 +106,8 @@ for b = 1, k do
   else
     -- The entries; their id records and the counter go in one MSET. Events
     -- of a type some log cursor reads also join that type's index.
-    reply = { 'ok', string.format('%d', total + 1) }
+    -- An appended batch's outcome is just its first index, an integer.
+    reply = total + 1
     for i = 1, n do
       local o = offsets[key_at - 4 + i]
       local idx = string.format('%d', total + i)

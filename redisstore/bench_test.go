@@ -86,10 +86,24 @@ func (e *bench) serverCPU(b *testing.B) float64 {
 func (e *bench) measure(b *testing.B) func(units int, unit string) {
 	b.Helper()
 	before := e.serverCPU(b)
+	scripts := e.scriptCalls(b)
 	return func(units int, unit string) {
 		b.ReportMetric((e.serverCPU(b)-before)/float64(units), "srv-µs/"+unit)
 		b.ReportMetric(float64(units)/b.Elapsed().Seconds(), unit+"s/s")
+		b.ReportMetric(float64(e.scriptCalls(b)-scripts)/float64(units), "scripts/"+unit)
 	}
+}
+
+// scriptCalls returns how many EVALSHA and EVAL calls the server ran.
+func (e *bench) scriptCalls(b *testing.B) int64 {
+	b.Helper()
+	var n int64
+	for name, calls := range commandStatsAll(e.ctx, b, e.client) {
+		if name == "evalsha" || name == "eval" {
+			n += calls
+		}
+	}
+	return n
 }
 
 // parallel runs op from workers goroutines until b.N calls are done.

@@ -13,23 +13,26 @@ import (
 )
 
 // Plain appends (no causes, no lane targets, no served log consumer) to one
-// session coalesce: while one call's script is in flight, the appends that
-// arrive for the same session and served set queue up, and the next script
-// call carries all of them, each batch screened and written on its own.
-// An uncontended append runs at once; a busy session pays one script call
-// and one wake-up per round instead of one per append.
+// session coalesce: while a session's line has its rounds in flight, the
+// appends that arrive for the same session and served set queue up, and the
+// next round — one script call — carries all of them, each batch screened
+// and written on its own. An uncontended append is sent at once; a busy
+// session pays one script call and one wake-up per round instead of one per
+// append.
 
-// Most batches and events one coalesced call carries, and the largest
-// batch that coalesces at all: a larger one already spreads its call's
-// cost over its events, and sending it at once keeps it pipelined with
-// other callers' (a line has one call in flight at a time).
+// Most batches and events one round carries; the largest batch that
+// coalesces at all (a larger one already spreads its call's cost over its
+// events, and is sent at once); and how many rounds of one line may be in
+// flight together (two keep the server busy while a round's reply is being
+// handed out).
 const (
 	coalesceMaxBatches = 256
 	coalesceMaxEvents  = 4096
 	coalesceBatchLimit = 16
+	coalesceInFlight   = 2
 )
 
-// plainCall is one plain Append waiting for, or riding in, a coalesced call.
+// plainCall is one plain Append waiting for, or riding in, a round.
 type plainCall struct {
 	ctx    context.Context
 	batch  []prepared
@@ -40,10 +43,11 @@ type plainCall struct {
 	err    error
 }
 
-// plainLine is the queue of one session and served set.
+// plainLine is the queue of one session and served set, and its rounds in
+// flight.
 type plainLine struct {
-	busy  bool
-	queue []*plainCall
+	inFlight int
+	queue    []*plainCall
 }
 
 type coalescer struct {
@@ -54,7 +58,7 @@ type coalescer struct {
 // appendPlain runs a plain append through its session's line.
 func (s *Store) appendPlain(ctx context.Context, session, served string, call *plainCall) (AppendResult, error) {
 	if s.cfg.NoCoalescing || len(call.batch) > coalesceBatchLimit {
-		s.runPlain(session, served, []*plainCall{call})
+		s.runPlain(session, served, []*plainCall{call}).send(s)
 		return call.res, call.err
 	}
 	key := session + "\x00" + served
@@ -68,21 +72,13 @@ func (s *Store) appendPlain(ctx context.Context, session, served string, call *p
 		line = &plainLine{}
 		c.lines[key] = line
 	}
-	if !line.busy {
-		// Nothing in flight: this call leads. What queues meanwhile goes
-		// to a drain, so the leader returns with its own result.
-		line.busy = true
+	if line.inFlight < coalesceInFlight && len(line.queue) == 0 {
+		// Room on the line: this call is a round of its own, sent at once.
+		line.inFlight++
 		c.mu.Unlock()
-		s.runPlain(session, served, []*plainCall{call})
-		c.mu.Lock()
-		if len(line.queue) == 0 {
-			line.busy = false
-			delete(c.lines, key)
-			c.mu.Unlock()
-		} else {
-			c.mu.Unlock()
-			go s.drainPlain(session, served, key, line)
-		}
+		wake := s.runPlain(session, served, []*plainCall{call})
+		s.roundDone(session, served, key, line)
+		wake.send(s)
 		return call.res, call.err
 	}
 	call.done = make(chan struct{})
@@ -99,28 +95,43 @@ func (s *Store) appendPlain(ctx context.Context, session, served string, call *p
 	}
 }
 
-// drainPlain runs a busy line's queued calls, a round at a time, until the
-// queue is empty; then the line is idle again.
-func (s *Store) drainPlain(session, served, key string, line *plainLine) {
-	for {
-		group := s.takeRound(key, line)
+// roundDone ends a round of the line and starts the rounds its queue now
+// has room for, each in a goroutine of its own; an idle line is dropped.
+func (s *Store) roundDone(session, served, key string, line *plainLine) {
+	c := &s.coalesce
+	c.mu.Lock()
+	line.inFlight--
+	var rounds [][]*plainCall
+	for line.inFlight < coalesceInFlight {
+		group := takeRound(line)
 		if group == nil {
-			return
+			break
 		}
-		s.runPlain(session, served, group)
-		for _, call := range group {
-			close(call.done)
-		}
+		line.inFlight++
+		rounds = append(rounds, group)
+	}
+	if line.inFlight == 0 && len(line.queue) == 0 && c.lines[key] == line {
+		delete(c.lines, key)
+	}
+	c.mu.Unlock()
+	for _, group := range rounds {
+		go func() {
+			wake := s.runPlain(session, served, group)
+			s.roundDone(session, served, key, line)
+			// The callers return once their wake-up is out, as an
+			// uncoalesced append does; the next round need not wait.
+			wake.send(s)
+			for _, call := range group {
+				close(call.done)
+			}
+		}()
 	}
 }
 
-// takeRound takes the next round's calls off the line (the ones whose
-// context already ended are dropped unsent), or returns nil and marks the
-// line idle when none is left.
-func (s *Store) takeRound(key string, line *plainLine) []*plainCall {
-	c := &s.coalesce
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// takeRound takes the next round's calls off the line's queue, dropping
+// unsent the ones whose context already ended; nil when none is left. The
+// coalescer's lock is held.
+func takeRound(line *plainLine) []*plainCall {
 	var group []*plainCall
 	events := 0
 	rest := line.queue[:0]
@@ -138,17 +149,28 @@ func (s *Store) takeRound(key string, line *plainLine) []*plainCall {
 	}
 	clear(line.queue[len(rest):])
 	line.queue = rest
-	if len(group) == 0 {
-		line.busy = false
-		delete(c.lines, key)
-	}
 	return group
 }
 
-// runPlain sends one append_plain call for the group's batches and hands
-// each call its result. The call runs under a context that outlives any one
-// caller: it ends at the latest deadline among them, or never.
-func (s *Store) runPlain(session, served string, group []*plainCall) {
+// wakeUp is the wake-up a committed round owes its session: a message, or
+// none.
+type wakeUp struct {
+	ctx     context.Context
+	session string
+	message []byte
+}
+
+func (w wakeUp) send(s *Store) {
+	if w.message != nil {
+		s.publish(w.ctx, w.session, w.message)
+	}
+}
+
+// runPlain sends one append_plain call for the group's batches, hands each
+// call its result and returns the wake-up to publish. The call runs under a
+// context that outlives any one caller: it ends at the latest deadline
+// among them, or never.
+func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 	ctx := group[0].ctx
 	if len(group) > 1 {
 		var cancel context.CancelFunc
@@ -180,18 +202,24 @@ func (s *Store) runPlain(session, served string, group []*plainCall) {
 		for _, call := range group {
 			call.err = err
 		}
-		return
+		return wakeUp{}
 	}
 	pending := word(reply, 0) == "1"
 	var entries []notify.Entry
 	var head, replayed int64
 	for i, call := range group {
-		outcome, err := reply[i+1].ToArray()
-		if err != nil {
+		if first, err := reply[i+1].AsInt64(); err == nil && reply[i+1].IsInt64() {
+			stored := make([]a2redis.StoredEvent, len(call.batch))
+			for j, e := range call.batch {
+				stored[j] = e.stored(session, first+int64(j), now, nil)
+			}
+			call.res, call.err = AppendResult{Events: stored, HasPending: pending}, nil
+		} else if outcome, err := reply[i+1].ToArray(); err != nil {
 			call.err = fmt.Errorf("%w: append_plain replied %v", a2redis.ErrUnexpectedReply, reply[i+1])
 			continue
+		} else {
+			call.res, call.err = s.plainOutcome(session, call, now, pending, outcome)
 		}
-		call.res, call.err = s.plainOutcome(session, call, now, pending, outcome)
 		if call.err != nil {
 			continue
 		}
@@ -204,29 +232,23 @@ func (s *Store) runPlain(session, served string, group []*plainCall) {
 			head = max(head, ev.Index)
 		}
 	}
+	// The publish outlives the round's context (see publishOn).
+	wake := wakeUp{ctx: context.WithoutCancel(ctx), session: session}
 	switch {
 	case len(entries) > 0:
-		s.publish(ctx, session, notify.Encode(head, now, entries))
+		wake.message = notify.Encode(head, now, entries)
 	case replayed > 0:
 		// A replayed batch's first try may have committed without its
 		// wake-up.
-		s.publish(ctx, session, notify.EncodeBare(replayed))
+		wake.message = notify.EncodeBare(replayed)
 	}
+	return wake
 }
 
-// plainOutcome decodes one batch's outcome of append_plain.
+// plainOutcome decodes one batch's outcome of append_plain other than an
+// append (which is just the batch's first index).
 func (s *Store) plainOutcome(session string, call *plainCall, now int64, pending bool, outcome []rueidis.RedisMessage) (AppendResult, error) {
 	switch word(outcome, 0) {
-	case "ok":
-		first, err := number(outcome, 1)
-		if err != nil {
-			return AppendResult{}, err
-		}
-		stored := make([]a2redis.StoredEvent, len(call.batch))
-		for i, e := range call.batch {
-			stored[i] = e.stored(session, first+int64(i), now, nil)
-		}
-		return AppendResult{Events: stored, HasPending: pending}, nil
 	case "empty":
 		return AppendResult{Events: []a2redis.StoredEvent{}, HasPending: pending}, nil
 	case "dup":

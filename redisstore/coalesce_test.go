@@ -120,8 +120,8 @@ func pauseWrites(t *testing.T, c rueidis.Client, d time.Duration) {
 	require.NoError(t, c.Do(context.Background(), cmd).Error())
 }
 
-// While one append is held by the server, the appends that arrive for the
-// same session queue and go together: 40 appends cost at most 3 script
+// While a session's two rounds are held by the server, the appends that
+// arrive for it queue and go together: 40 appends cost at most 4 script
 // calls and wake-ups; a queued caller whose context ends first is dropped
 // unsent; a session of its own is not held back by the queue.
 func TestCoalescingSharesScriptCalls(t *testing.T) {
@@ -151,6 +151,7 @@ func TestCoalescingSharesScriptCalls(t *testing.T) {
 			results[i], errs[i] = s.Append(ctx, "s", []a2redis.Event{{ID: fmt.Sprintf("q%d", i), Type: "t"}}, redisstore.AppendOptions{})
 		}()
 	}
+	time.Sleep(50 * time.Millisecond) // both of the line's rounds are out; the rest queue
 	// A queued caller that gives up is not written.
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
@@ -170,8 +171,10 @@ func TestCoalescingSharesScriptCalls(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), results[0].Events[0].Index, "the leader went first")
 	stats := commandStats(ctx, t, client)
-	assert.LessOrEqual(t, stats["evalsha"], int64(3), "40 appends in at most 3 script calls: %v", stats)
-	assert.LessOrEqual(t, stats["publish"], int64(3), "and at most 3 wake-ups: %v", stats)
+	// Two rounds go out at once (the leader's and the next caller's), the
+	// rest queue behind them.
+	assert.LessOrEqual(t, stats["evalsha"], int64(4), "40 appends in at most 4 script calls: %v", stats)
+	assert.LessOrEqual(t, stats["publish"], int64(4), "and at most 4 wake-ups: %v", stats)
 	assert.Equal(t, int64(40), stats["xadd"], "one entry per append: %v", stats)
 	events, err := s.Read(ctx, "s", 0, 0)
 	require.NoError(t, err)
