@@ -437,3 +437,118 @@ func TestFaultsDeadline(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestFaultsCoalescedAppends: sixteen producers append to one session, so
+// their appends coalesce into shared rounds, while the store's connections
+// are killed again and again. A producer retries a failed append with the
+// same ids until it succeeds. In the end every batch is in the log exactly
+// once, contiguous, at the indexes its successful call reported.
+func TestFaultsCoalescedAppends(t *testing.T) {
+	t.Parallel()
+	srv := redistest.SpawnServer(t)
+	client := faultClient(t, srv.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var chaos sync.WaitGroup
+	chaos.Add(1)
+	go func() {
+		defer chaos.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				_, _ = rawDo(srv.Addr(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+			}
+		}
+	}()
+	if _, err := rawDo(srv.Addr(), "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	const producers, batches = 16, 150
+	var failures atomic.Int64
+	reported := make([]map[string]int64, producers)
+	var wg sync.WaitGroup
+	for p := range producers {
+		reported[p] = map[string]int64{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range batches {
+				batch := make([]a2redis.Event, 1+(p+b)%3)
+				for i := range batch {
+					batch[i] = a2redis.Event{ID: fmt.Sprintf("p%d-b%d-%d", p, b, i), Type: "t"}
+				}
+				for {
+					if ctx.Err() != nil {
+						t.Errorf("producer %d: gave up: %v", p, ctx.Err())
+						return
+					}
+					res, err := store.Append(ctx, "s", batch, redisstore.AppendOptions{})
+					if err != nil {
+						failures.Add(1)
+						continue
+					}
+					for i, ev := range res.Events {
+						if ev.ID != batch[i].ID || (i > 0 && ev.Index != res.Events[0].Index+int64(i)) {
+							t.Errorf("producer %d batch %d: stored %v", p, b, res.Events)
+						}
+						reported[p][ev.ID] = ev.Index
+					}
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	chaos.Wait()
+	if failures.Load() == 0 {
+		t.Fatalf("the chaos never failed an append: the test proved nothing")
+	}
+	var log []a2redis.StoredEvent
+	for {
+		log, err = store.Read(ctx, "s", 0, 0)
+		if err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := 0
+	for _, r := range reported {
+		want += len(r)
+	}
+	if len(log) != want {
+		t.Fatalf("the log holds %d events, the producers stored %d", len(log), want)
+	}
+	for _, ev := range log {
+		var p, b, i int
+		if _, err := fmt.Sscanf(ev.ID, "p%d-b%d-%d", &p, &b, &i); err != nil {
+			t.Fatalf("unexpected event %q", ev.ID)
+		}
+		if reported[p][ev.ID] != ev.Index {
+			t.Fatalf("event %s at %d, its append reported %d", ev.ID, ev.Index, reported[p][ev.ID])
+		}
+	}
+	info, err := client.Do(ctx, client.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scripts int64
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			var calls int64
+			fmt.Sscanf(line[strings.Index(line, "calls="):], "calls=%d", &calls)
+			scripts += calls
+		}
+	}
+	if scripts >= producers*batches {
+		t.Errorf("%d script calls for %d appends: nothing coalesced", scripts, producers*batches)
+	}
+	t.Logf("%d appends in %d script calls; %d failed on the transport and were retried", producers*batches, scripts, failures.Load())
+}
