@@ -14,7 +14,8 @@
 -- ARGV[5]  attempt
 -- ARGV[6]  the returned events' cause, as JSON
 -- ARGV[7]  served consumers: '' for all, else JSON (see cursor.use_served)
--- ARGV[8]  the returned event ids as a JSON list
+-- ARGV[8]  the returned event ids, each as '<byte length>:<id>', concatenated
+--          (byte-exact, unlike JSON, for ids that are not UTF-8)
 -- ARGV[9]  n, the number of returned events
 -- then per returned event i (offset o = 9 + (i - 1) * 4):
 --   ARGV[o+1] id, ARGV[o+2] type, ARGV[o+3] payload JSON, ARGV[o+4] targets JSON or ''
@@ -43,10 +44,9 @@ if row[2] then
   -- An event row's kind is its name (its 'l' column goes at completion).
   local kind = row[6] or (tag == '#' and '#')
   if not owns(kind, tag) or processed_attempt(row[2]) ~= attempt then return { 'superseded' } end
-  local recorded = (row[3] and row[3] ~= '') and cjson.decode(row[3]) or {}
-  if #recorded ~= n then return { 'partial' } end
+  if (row[3] or '') ~= ARGV[8] then return { 'partial' } end
   for i = 1, n do
-    if recorded[i] ~= ids[i] or not owners[i] then return { 'partial' } end
+    if not owners[i] then return { 'partial' } end
   end
   local reply = { 'duplicate' }
   for i = 1, n do

@@ -342,14 +342,17 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 	}
 	now := s.now()
 	causeJSON, _ := json.Marshal(cause)
-	ids := make([]string, len(batch))
-	for i, e := range batch {
-		ids[i] = e.id
+	// The returned ids as the script records them: byte-exact, so a retry
+	// of a completion whose ids are not UTF-8 still replays.
+	var ids strings.Builder
+	for _, e := range batch {
+		ids.WriteString(itoa(int64(len(e.id))))
+		ids.WriteByte(':')
+		ids.WriteString(e.id)
 	}
-	idsJSON, _ := json.Marshal(ids)
 	args := make([]string, 0, 9+len(batch)*4)
 	args = append(args, itoa(now), cause.Consumer, tagOf(cause.Lane), itoa(cause.Index), itoa(cause.Attempt),
-		string(causeJSON), served, string(idsJSON), itoa(int64(len(batch))))
+		string(causeJSON), served, ids.String(), itoa(int64(len(batch))))
 	for _, e := range batch {
 		args = append(args, e.id, e.typ, string(e.payload), e.targets)
 	}

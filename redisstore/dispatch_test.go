@@ -446,3 +446,28 @@ func TestRedriveNamesTheCursor(t *testing.T) {
 		assert.Equal(t, []string{"c/@1"}, refs(c.Heads))
 	})
 }
+
+// A completion whose returned event ids are not UTF-8 replays on a retry
+// (the ids are recorded byte-exact, not as JSON, which would coerce them).
+func TestCompleteReplaysIDsThatAreNotUTF8(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		_, err := e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "h", TTL: time.Minute})
+		require.NoError(t, err)
+		h := c.Heads[0]
+		req := redisstore.CompleteRequest{Session: "s", Head: h.Ref(), Attempt: h.Attempts, Events: []a2redis.Event{{ID: "bad\xff\xfeid", Type: "child"}}}
+		first, err := e.store.CompleteAttempt(e.ctx, req)
+		require.NoError(t, err)
+		require.False(t, first.Replayed)
+		again, err := e.store.CompleteAttempt(e.ctx, req)
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		require.Equal(t, "bad\xff\xfeid", again.Events[0].ID)
+		// Other ids for the same attempt are a partial duplicate.
+		other := req
+		other.Events = []a2redis.Event{{ID: "bad\xff\xfdid", Type: "child"}}
+		_, err = e.store.CompleteAttempt(e.ctx, other)
+		require.ErrorIs(t, err, a2redis.ErrPartialDuplicateBatch)
+	})
+}
