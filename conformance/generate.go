@@ -15,16 +15,18 @@ import (
 // The world of generated operations: a few sessions, consumers, lanes,
 // types and ids, so that operations collide often.
 var (
-	genSessions  = []string{"s1", "s1", "s1", "s2", "s2", "s{3}"}
-	genTypes     = []string{"a", "b", "c", "d"}
-	genHolders   = []string{"h1", "h2", "h3"}
-	genReducers  = []string{"r1", "r2"}
-	genTargets   = []a2redis.Target{{Consumer: "c1"}, {Consumer: "c2"}, {Consumer: "c1", Lane: "x"}, {Consumer: "c1", Lane: "y"}, {Consumer: "c2", Lane: "x"}}
-	genLogs      = []a2redis.Consumer{logc("g1", "all", false), logc("g2", "ab", true, "a", "b"), logc("g3", "cc", false, "c")}
-	genPlain     = []a2redis.Consumer{{Name: "c1"}, {Name: "c2"}}
-	genFields    = []string{"f1", "f2", "f3"}
-	genPeople    = []string{"p1", "p2"}
-	genPresenceT = time.UnixMilli(1_700_000_000_000)
+	genSessions = []string{"s1", "s1", "s1", "s2", "s2", "s{3}", "s\xff:4"}
+	// Mostly plain ids; the rest must round-trip byte-exact too.
+	genIDPrefixes = []string{"", "", "\xff", "{x}:", "\x00%"}
+	genTypes      = []string{"a", "b", "c", "d"}
+	genHolders    = []string{"h1", "h2", "h3"}
+	genReducers   = []string{"r1", "r2"}
+	genTargets    = []a2redis.Target{{Consumer: "c1"}, {Consumer: "c2"}, {Consumer: "c1", Lane: "x"}, {Consumer: "c1", Lane: "y"}, {Consumer: "c2", Lane: "x"}}
+	genLogs       = []a2redis.Consumer{logc("g1", "all", false), logc("g2", "ab", true, "a", "b"), logc("g3", "cc", false, "c")}
+	genPlain      = []a2redis.Consumer{{Name: "c1"}, {Name: "c2"}}
+	genFields     = []string{"f1", "f2", "f3"}
+	genPeople     = []string{"p1", "p2"}
+	genPresenceT  = time.UnixMilli(1_700_000_000_000)
 )
 
 // generator produces a random but plausible sequence of operations: it runs
@@ -146,7 +148,9 @@ func (g *generator) events(max int, withIDs bool) []a2redis.Event {
 	for i := range out {
 		e := a2redis.Event{Type: pickOne(g, genTypes)}
 		if withIDs && g.chance(0.4) {
-			id := fmt.Sprintf("e%d", g.pick(40))
+			// Ids are any string: some carry bytes that are not UTF-8,
+			// braces, colons and NUL, which must round-trip byte-exact.
+			id := fmt.Sprintf("%se%d", pickOne(g, genIDPrefixes), g.pick(40))
 			if !used[id] {
 				used[id] = true
 				e.ID = id
