@@ -75,8 +75,9 @@ local function cid_for(consumer, kind, idx)
 end
 
 -- A completed head row keeps one column, 'p' = "<processed at>:<attempt>"
--- (attempt 0 for a skipped head), plus its returned ids and, for lane and
--- log rows, its kind; an event row's kind is its name.
+-- (attempt 0 for a skipped head), plus its returned ids ('ri', each as
+-- '<byte length>:<id>', concatenated) and, for lane and log rows, its kind;
+-- an event row's kind is its name.
 local function processed(now, attempt) return now .. ':' .. attempt end
 local function processed_attempt(p) return tonumber(string.match(p, ':(%d+)$') or '0') end
 
