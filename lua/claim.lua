@@ -140,7 +140,25 @@ end)
 for i = #candidates, limit + 1, -1 do candidates[i] = nil end
 for _, candidate in ipairs(candidates) do name_candidate(candidate) end
 local taken = {}
-local rows = read_rows(candidates, { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f', 'pins' })
+-- A head never claimed has no attempt column ('d') and nothing else this
+-- claim reads that could matter (pins matter only to a lapsed claim), so
+-- only the rows with an attempt are read in full: most heads are fresh,
+-- and each field read costs.
+local COLUMNS = { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f', 'pins' }
+local attempts = read_rows(candidates, { 'd' })
+local seen, seen_at = {}, {}
+for position, candidate in ipairs(candidates) do
+  if attempts[position][1] then
+    seen[#seen + 1] = candidate
+    seen_at[#seen] = position
+  end
+end
+-- A fresh head's row, as read_rows gives a row with no fields (shared:
+-- rows are only read).
+local FRESH = { false, false, false, false, false, false, false, false, false, false, false }
+local rows = {}
+for position = 1, #candidates do rows[position] = FRESH end
+for k, row in ipairs(read_rows(seen, COLUMNS)) do rows[seen_at[k]] = row end
 for position, candidate in ipairs(candidates) do
   if #taken == limit then break end
   local row = rows[position]
