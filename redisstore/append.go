@@ -103,43 +103,27 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 }
 
 func (s *Store) appendResult(ctx context.Context, session string, events []a2redis.Event, batch []prepared, now int64, reply []rueidis.RedisMessage) (AppendResult, error) {
-	switch word(reply, 0) {
+	switch outcome := word(reply, 0); outcome {
 	case "ok":
 		first, err := number(reply, 1)
 		if err != nil {
 			return AppendResult{}, err
 		}
-		stored := make([]a2redis.StoredEvent, len(batch))
-		entries := make([]notify.Entry, len(batch))
-		for i, e := range batch {
-			stored[i] = e.stored(session, first+int64(i), now, events[i].Cause)
-			entries[i] = notify.Entry{Index: first + int64(i), ID: e.id, Type: e.typ, Payload: e.payload}
-		}
-		s.publish(ctx, session, notify.Encode(first+int64(len(batch))-1, now, entries))
+		stored := appendedEvents(session, batch, first, now, func(i int) *a2redis.Cause { return events[i].Cause })
+		s.publish(ctx, session, notify.Encode(first+int64(len(batch))-1, now, wakeEntries(stored)))
 		return AppendResult{Events: stored, HasPending: word(reply, 2) == "1"}, nil
 	case "empty":
 		return AppendResult{Events: []a2redis.StoredEvent{}, HasPending: word(reply, 1) == "1"}, nil
 	case "dup":
-		stored := make([]a2redis.StoredEvent, 0, len(batch))
-		var last int64
-		for _, m := range reply[2:] {
-			ev, err := entry(session, m)
-			if err != nil {
-				return AppendResult{}, err
-			}
-			last = max(last, ev.Index)
-			stored = append(stored, ev)
-		}
-		if len(stored) != len(batch) {
-			return AppendResult{}, fmt.Errorf("%w: append replayed %d of %d events", a2redis.ErrUnexpectedReply, len(stored), len(batch))
+		stored, err := replayedEvents(session, batch, reply[2:])
+		if err != nil {
+			return AppendResult{}, err
 		}
 		// The first try may have committed without publishing its wake-up.
-		s.publish(ctx, session, notify.EncodeBare(last))
+		s.publish(ctx, session, notify.EncodeBare(lastIndex(stored)))
 		return AppendResult{Events: stored, Replayed: true, HasPending: word(reply, 1) == "1"}, nil
-	case "partial":
-		return AppendResult{}, errorf(a2redis.ErrPartialDuplicateBatch, session, "%s of %d event ids are already stored", word(reply, 1), len(batch))
-	case "cleared":
-		return AppendResult{}, errorf(a2redis.ErrSessionCleared, session, "scheduled work from event %s was cleared", word(reply, 1))
+	case "partial", "cleared":
+		return AppendResult{}, refusedBatch(session, outcome, word(reply, 1), len(batch))
 	case "superseded":
 		pos, err := number(reply, 1)
 		if err != nil || pos < 1 || int(pos) > len(events) || events[pos-1].Cause == nil {
@@ -148,6 +132,64 @@ func (s *Store) appendResult(ctx context.Context, session string, events []a2red
 		return AppendResult{}, &a2redis.SupersededError{Session: session, Cause: *events[pos-1].Cause}
 	}
 	return AppendResult{}, fmt.Errorf("%w: append replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
+// appendedEvents is a batch as stored from index first on; causeOf, when
+// not nil, gives the i-th event's cause.
+func appendedEvents(session string, batch []prepared, first, now int64, causeOf func(i int) *a2redis.Cause) []a2redis.StoredEvent {
+	stored := make([]a2redis.StoredEvent, len(batch))
+	for i, e := range batch {
+		var cause *a2redis.Cause
+		if causeOf != nil {
+			cause = causeOf(i)
+		}
+		stored[i] = e.stored(session, first+int64(i), now, cause)
+	}
+	return stored
+}
+
+// replayedEvents decodes the stored entries a replayed batch came back
+// with: one per event of the batch.
+func replayedEvents(session string, batch []prepared, entries []rueidis.RedisMessage) ([]a2redis.StoredEvent, error) {
+	stored := make([]a2redis.StoredEvent, 0, len(batch))
+	for _, m := range entries {
+		ev, err := entry(session, m)
+		if err != nil {
+			return nil, err
+		}
+		stored = append(stored, ev)
+	}
+	if len(stored) != len(batch) {
+		return nil, fmt.Errorf("%w: the script replayed %d of %d events", a2redis.ErrUnexpectedReply, len(stored), len(batch))
+	}
+	return stored, nil
+}
+
+// refusedBatch is the error of a batch an append refused whole: "partial"
+// (arg: how many ids are stored) or "cleared" (arg: the origin index).
+func refusedBatch(session, outcome, arg string, n int) error {
+	if outcome == "partial" {
+		return errorf(a2redis.ErrPartialDuplicateBatch, session, "%s of %d event ids are already stored", arg, n)
+	}
+	return errorf(a2redis.ErrSessionCleared, session, "scheduled work from event %s was cleared", arg)
+}
+
+// wakeEntries are stored events as a wake-up carries them.
+func wakeEntries(stored []a2redis.StoredEvent) []notify.Entry {
+	entries := make([]notify.Entry, len(stored))
+	for i, ev := range stored {
+		entries[i] = notify.Entry{Index: ev.Index, ID: ev.ID, Type: ev.Type, Payload: ev.Payload}
+	}
+	return entries
+}
+
+// lastIndex is the highest index among stored events.
+func lastIndex(stored []a2redis.StoredEvent) int64 {
+	var last int64
+	for _, ev := range stored {
+		last = max(last, ev.Index)
+	}
+	return last
 }
 
 // plainBatch reports a batch without cursor state to move: no causes, no

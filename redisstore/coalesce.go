@@ -205,38 +205,23 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		return wakeUp{}
 	}
 	pending := word(reply, 0) == "1"
-	var entries []notify.Entry
-	var head, replayed int64
+	var written []a2redis.StoredEvent
+	var replayed int64
 	for i, call := range group {
-		if first, err := reply[i+1].AsInt64(); err == nil && reply[i+1].IsInt64() {
-			stored := make([]a2redis.StoredEvent, len(call.batch))
-			for j, e := range call.batch {
-				stored[j] = e.stored(session, first+int64(j), now, nil)
-			}
-			call.res, call.err = AppendResult{Events: stored, HasPending: pending}, nil
-		} else if outcome, err := reply[i+1].ToArray(); err != nil {
-			call.err = fmt.Errorf("%w: append_plain replied %v", a2redis.ErrUnexpectedReply, reply[i+1])
-			continue
-		} else {
-			call.res, call.err = s.plainOutcome(session, call, now, pending, outcome)
-		}
-		if call.err != nil {
-			continue
-		}
-		for _, ev := range call.res.Events {
-			if call.res.Replayed {
-				replayed = max(replayed, ev.Index)
-				continue
-			}
-			entries = append(entries, notify.Entry{Index: ev.Index, ID: ev.ID, Type: ev.Type, Payload: ev.Payload})
-			head = max(head, ev.Index)
+		call.res, call.err = plainOutcome(session, call, now, pending, reply[i+1])
+		switch {
+		case call.err != nil:
+		case call.res.Replayed:
+			replayed = max(replayed, lastIndex(call.res.Events))
+		default:
+			written = append(written, call.res.Events...)
 		}
 	}
 	// The publish outlives the round's context (see publishOn).
 	wake := wakeUp{ctx: context.WithoutCancel(ctx), session: session}
 	switch {
-	case len(entries) > 0:
-		wake.message = notify.Encode(head, now, entries)
+	case len(written) > 0:
+		wake.message = notify.Encode(lastIndex(written), now, wakeEntries(written))
 	case replayed > 0:
 		// A replayed batch's first try may have committed without its
 		// wake-up.
@@ -245,29 +230,28 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 	return wake
 }
 
-// plainOutcome decodes one batch's outcome of append_plain other than an
-// append (which is just the batch's first index).
-func (s *Store) plainOutcome(session string, call *plainCall, now int64, pending bool, outcome []rueidis.RedisMessage) (AppendResult, error) {
-	switch word(outcome, 0) {
+// plainOutcome decodes one batch's outcome of append_plain: its first
+// index when it was appended, else a list ("empty", "dup" with the stored
+// entries, "partial" or "cleared").
+func plainOutcome(session string, call *plainCall, now int64, pending bool, m rueidis.RedisMessage) (AppendResult, error) {
+	if first, err := m.AsInt64(); err == nil && m.IsInt64() {
+		return AppendResult{Events: appendedEvents(session, call.batch, first, now, nil), HasPending: pending}, nil
+	}
+	outcome, err := m.ToArray()
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("%w: append_plain replied %v", a2redis.ErrUnexpectedReply, m)
+	}
+	switch w := word(outcome, 0); w {
 	case "empty":
 		return AppendResult{Events: []a2redis.StoredEvent{}, HasPending: pending}, nil
 	case "dup":
-		stored := make([]a2redis.StoredEvent, 0, len(call.batch))
-		for _, m := range outcome[1:] {
-			ev, err := entry(session, m)
-			if err != nil {
-				return AppendResult{}, err
-			}
-			stored = append(stored, ev)
-		}
-		if len(stored) != len(call.batch) {
-			return AppendResult{}, fmt.Errorf("%w: append replayed %d of %d events", a2redis.ErrUnexpectedReply, len(stored), len(call.batch))
+		stored, err := replayedEvents(session, call.batch, outcome[1:])
+		if err != nil {
+			return AppendResult{}, err
 		}
 		return AppendResult{Events: stored, Replayed: true, HasPending: pending}, nil
-	case "partial":
-		return AppendResult{}, errorf(a2redis.ErrPartialDuplicateBatch, session, "%s of %d event ids are already stored", word(outcome, 1), len(call.batch))
-	case "cleared":
-		return AppendResult{}, errorf(a2redis.ErrSessionCleared, session, "scheduled work from event %s was cleared", word(outcome, 1))
+	case "partial", "cleared":
+		return AppendResult{}, refusedBatch(session, w, word(outcome, 1), len(call.batch))
 	}
 	return AppendResult{}, fmt.Errorf("%w: append_plain replied %v", a2redis.ErrUnexpectedReply, outcome)
 }

@@ -372,34 +372,22 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 		if err != nil {
 			return CompleteResult{}, err
 		}
-		stored := make([]a2redis.StoredEvent, len(batch))
-		entries := make([]notify.Entry, len(batch))
-		for i, e := range batch {
-			stored[i] = e.stored(req.Session, first+int64(i), now, &cause)
-			entries[i] = notify.Entry{Index: first + int64(i), ID: e.id, Type: e.typ, Payload: e.payload}
-		}
+		stored := appendedEvents(req.Session, batch, first, now, func(int) *a2redis.Cause { return &cause })
 		if len(batch) > 0 {
-			s.publish(ctx, req.Session, notify.Encode(first+int64(len(batch))-1, now, entries))
+			s.publish(ctx, req.Session, notify.Encode(lastIndex(stored), now, wakeEntries(stored)))
 		}
 		return CompleteResult{Outcome: Completed, Events: stored}, nil
 	case "duplicate":
-		stored := make([]a2redis.StoredEvent, 0, len(batch))
-		var last int64
-		for _, m := range reply[1:] {
-			ev, err := entry(req.Session, m)
-			if err != nil {
-				return CompleteResult{}, err
-			}
+		stored, err := replayedEvents(req.Session, batch, reply[1:])
+		if err != nil {
+			return CompleteResult{}, err
+		}
+		for _, ev := range stored {
 			if ev.Cause == nil || *ev.Cause != cause {
 				return CompleteResult{}, errorf(a2redis.ErrPartialDuplicateBatch, req.Session, "returned event %q was stored by another attempt", ev.ID)
 			}
-			last = max(last, ev.Index)
-			stored = append(stored, ev)
 		}
-		if len(stored) != len(batch) {
-			return CompleteResult{}, fmt.Errorf("%w: completion replayed %d of %d events", a2redis.ErrUnexpectedReply, len(stored), len(batch))
-		}
-		if last > 0 {
+		if last := lastIndex(stored); last > 0 {
 			s.publish(ctx, req.Session, notify.EncodeBare(last))
 		}
 		return CompleteResult{Outcome: Completed, Events: stored, Replayed: true}, nil
