@@ -422,6 +422,15 @@ type CompleteAttemptsRequest struct {
 	Consumers []a2redis.Consumer
 }
 
+// causes are the attempts as the causes their completions would be.
+func (r CompleteAttemptsRequest) causes() []a2redis.Cause {
+	out := make([]a2redis.Cause, len(r.Attempts))
+	for i, a := range r.Attempts {
+		out[i] = a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
+	}
+	return out
+}
+
 // CompleteAttempts completes several claimed attempts of one session in one
 // script call: what a worker does after handling the heads one claim gave
 // it, at a fraction of the cost of one CompleteAttempt per head. Each
@@ -436,26 +445,16 @@ func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsReques
 	if err := checkSession(req.Session); err != nil {
 		return nil, err
 	}
-	if len(req.Attempts) > s.cfg.MaxBatch {
-		return nil, a2redis.Invalid("Attempts", "holds %d attempts, more than Config.MaxBatch (%d)", len(req.Attempts), s.cfg.MaxBatch)
+	if err := check.Completions("Attempts", req.causes(), s.cfg.MaxBatch); err != nil {
+		return nil, err
 	}
 	served, err := servedArg(req.Consumers)
 	if err != nil {
 		return nil, err
 	}
-	seen := make(map[a2redis.HeadRef]int, len(req.Attempts))
 	args := make([]string, 0, 3+4*len(req.Attempts))
 	args = append(args, itoa(s.now()), served, itoa(int64(len(req.Attempts))))
-	for i, a := range req.Attempts {
-		at := fmt.Sprintf("Attempts[%d]", i)
-		cause := a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
-		if err := checkCause(at, cause); err != nil {
-			return nil, err
-		}
-		if first, ok := seen[a.Head]; ok {
-			return nil, a2redis.Invalid(at, "names the head of Attempts[%d] again", first)
-		}
-		seen[a.Head] = i
+	for _, a := range req.Attempts {
 		args = append(args, a.Head.Consumer, tagOf(a.Head.Lane), itoa(a.Head.Index), itoa(a.Attempt))
 	}
 	if len(req.Attempts) == 0 {

@@ -71,6 +71,27 @@ func Cause(arg string, c a2redis.Cause) error {
 	return nil
 }
 
+// Completions refuses a list of attempts to complete at once (arg names
+// it, e.g. "Attempts"): more than maxBatch of them, an invalid one (see
+// Cause), or one head named twice.
+func Completions(arg string, attempts []a2redis.Cause, maxBatch int) error {
+	if len(attempts) > maxBatch {
+		return a2redis.Invalid(arg, "holds %d attempts, more than Config.MaxBatch (%d)", len(attempts), maxBatch)
+	}
+	seen := make(map[a2redis.HeadRef]int, len(attempts))
+	for i, c := range attempts {
+		at := fmt.Sprintf("%s[%d]", arg, i)
+		if err := Cause(at, c); err != nil {
+			return err
+		}
+		if first, ok := seen[c.Ref()]; ok {
+			return a2redis.Invalid(at, "names the head of %s[%d] again", arg, first)
+		}
+		seen[c.Ref()] = i
+	}
+	return nil
+}
+
 // Event is one validated event of a batch: its id (generated when the
 // caller gave none) and its payload (JSON null when the caller gave none).
 type Event struct {

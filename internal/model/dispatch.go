@@ -349,25 +349,16 @@ func (m *Store) CompleteAttempts(ctx context.Context, req redisstore.CompleteAtt
 	if err := checkSession(req.Session); err != nil {
 		return nil, err
 	}
-	if len(req.Attempts) > m.cfg.MaxBatch {
-		return nil, a2redis.Invalid("Attempts", "holds %d attempts, more than Config.MaxBatch (%d)", len(req.Attempts), m.cfg.MaxBatch)
+	causes := make([]a2redis.Cause, len(req.Attempts))
+	for i, a := range req.Attempts {
+		causes[i] = a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
+	}
+	if err := check.Completions("Attempts", causes, m.cfg.MaxBatch); err != nil {
+		return nil, err
 	}
 	srv, err := parseServed(req.Consumers)
 	if err != nil {
 		return nil, err
-	}
-	seen := make(map[a2redis.HeadRef]int, len(req.Attempts))
-	causes := make([]a2redis.Cause, len(req.Attempts))
-	for i, a := range req.Attempts {
-		at := fmt.Sprintf("Attempts[%d]", i)
-		causes[i] = a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
-		if err := checkCause(at, causes[i]); err != nil {
-			return nil, err
-		}
-		if first, ok := seen[a.Head]; ok {
-			return nil, a2redis.Invalid(at, "names the head of Attempts[%d] again", first)
-		}
-		seen[a.Head] = i
 	}
 	if len(req.Attempts) == 0 {
 		return []redisstore.CompleteResult{}, nil
