@@ -52,27 +52,14 @@ func commandStatsAll(ctx context.Context, tb testing.TB, c rueidis.Client) map[s
 // inside scripts included), less the INFO and CONFIG calls themselves.
 func commandStats(ctx context.Context, tb testing.TB, c rueidis.Client) map[string]int64 {
 	tb.Helper()
-	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
-	require.NoError(tb, err)
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
+	out := commandStatsAll(ctx, tb, c)
+	for name := range out {
 		// EVAL runs once per script: the NOSCRIPT fallback of its first
 		// EVALSHA (and the key-locking probe).
 		// Connection set-up (HELLO, CLIENT …) is not per-operation work.
 		if name == "info" || name == "eval" || name == "hello" || name == "ping" ||
 			strings.HasPrefix(name, "config") || strings.HasPrefix(name, "client") {
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				out[name] = n
-			}
+			delete(out, name)
 		}
 	}
 	return out
