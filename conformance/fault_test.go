@@ -535,18 +535,11 @@ func TestFaultsCoalescedAppends(t *testing.T) {
 			t.Fatalf("event %s at %d, its append reported %d", ev.ID, ev.Index, reported[p][ev.ID])
 		}
 	}
-	info, err := client.Do(ctx, client.B().Info().Section("commandstats").Build()).ToString()
+	calls, err := redistest.CommandCalls(ctx, client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var scripts int64
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			var calls int64
-			fmt.Sscanf(line[strings.Index(line, "calls="):], "calls=%d", &calls)
-			scripts += calls
-		}
-	}
+	scripts := calls["evalsha"] + calls["eval"]
 	if scripts >= producers*batches {
 		t.Errorf("%d script calls for %d appends: nothing coalesced", scripts, producers*batches)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,18 +32,8 @@ func privateServer(tb testing.TB) rueidis.Client {
 // command included.
 func commandStatsAll(ctx context.Context, tb testing.TB, c rueidis.Client) map[string]int64 {
 	tb.Helper()
-	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	out, err := redistest.CommandCalls(ctx, c)
 	require.NoError(tb, err)
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
-		out[strings.TrimPrefix(name, "cmdstat_")] = n
-	}
 	return out
 }
 
