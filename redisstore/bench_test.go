@@ -264,26 +264,22 @@ func BenchmarkProcess(b *testing.B) {
 			wg.Wait()
 			done(b.N, "event")
 		})
-		b.Run(fmt.Sprintf("event-cursors/handlers=%d", handlers), func(b *testing.B) {
-			s := session("ev")
-			e.fill(b, s, b.N, func(int) a2redis.Event {
-				return a2redis.Event{Type: "t", Payload: benchPayload, Targets: []a2redis.Target{{Consumer: "c"}}}
+		for _, oneByOne := range []bool{false, true} {
+			name := fmt.Sprintf("event-cursors/handlers=%d", handlers)
+			if oneByOne {
+				name += "/complete-one-by-one"
+			}
+			b.Run(name, func(b *testing.B) {
+				s := session("ev")
+				e.fill(b, s, b.N, func(int) a2redis.Event {
+					return a2redis.Event{Type: "t", Payload: benchPayload, Targets: []a2redis.Target{{Consumer: "c"}}}
+				})
+				b.ResetTimer()
+				done := e.measure(b)
+				drainT(b, e, s, handlers, 16, oneByOne)
+				done(b.N, "event")
 			})
-			b.ResetTimer()
-			done := e.measure(b)
-			e.drain(b, s, handlers, 16)
-			done(b.N, "event")
-		})
-		b.Run(fmt.Sprintf("event-cursors/handlers=%d/complete-one-by-one", handlers), func(b *testing.B) {
-			s := session("ev1")
-			e.fill(b, s, b.N, func(int) a2redis.Event {
-				return a2redis.Event{Type: "t", Payload: benchPayload, Targets: []a2redis.Target{{Consumer: "c"}}}
-			})
-			b.ResetTimer()
-			done := e.measure(b)
-			drainT(b, e, s, handlers, 16, true)
-			done(b.N, "event")
-		})
+		}
 	}
 	for _, lanes := range []int{1, 16} {
 		b.Run(fmt.Sprintf("ordered/lanes=%d", lanes), func(b *testing.B) {
