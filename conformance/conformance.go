@@ -30,6 +30,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -139,27 +140,15 @@ func Prefix(t testing.TB) string {
 }
 
 // Clock is a settable clock for stores under test: every stored time comes
-// from it, so tests travel in time on real servers.
+// from it, so tests travel in time on real servers. Now and Advance come
+// from the embedded clock.
 type Clock struct {
-	mu  sync.Mutex
-	now time.Time
+	*redistest.Clock
 }
 
 // NewClock returns a clock at a fixed instant (2027-01-15).
-func NewClock() *Clock { return &Clock{now: time.UnixMilli(1_800_000_000_000)} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+func NewClock() *Clock {
+	return &Clock{redistest.NewClock(time.UnixMilli(1_800_000_000_000))}
 }
 
 // env is one contract test's world: a store on its own prefix and clock.

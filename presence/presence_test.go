@@ -3,7 +3,6 @@ package presence_test
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,27 +19,10 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type env struct {
 	ctx    context.Context
 	client rueidis.Client
-	clock  *clock
+	clock  *redistest.Clock
 	store  *redisstore.Store
 	p      *presence.Presence
 	prefix string
@@ -62,7 +44,7 @@ func each(t *testing.T, fn func(t *testing.T, e *env)) {
 			client := tg.client(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			t.Cleanup(cancel)
-			ck := &clock{now: time.UnixMilli(1_800_000_000_000)}
+			ck := redistest.NewClock(time.UnixMilli(1_800_000_000_000))
 			prefix := redistest.Prefix(t)
 			store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, Clock: ck.Now})
 			require.NoError(t, err)

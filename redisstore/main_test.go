@@ -5,7 +5,6 @@ import (
 
 	"context"
 	"github.com/a2redis/a2redis/keys"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,26 +16,6 @@ import (
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-// clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.UnixMilli(1_800_000_000_000)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // target is a server kind the store's tests run against.
 type target struct {
@@ -55,7 +34,7 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context
 	store  *redisstore.Store
-	clock  *clock
+	clock  *redistest.Clock
 	client rueidis.Client
 	prefix string
 }
@@ -63,7 +42,7 @@ type env struct {
 func newEnv(t *testing.T, tg target, mutate ...func(*redisstore.Config)) *env {
 	t.Helper()
 	client := tg.client(t)
-	ck := newClock()
+	ck := redistest.NewClock(time.UnixMilli(1_800_000_000_000))
 	prefix := redistest.Prefix(t)
 	cfg := redisstore.Config{Prefix: prefix, Clock: ck.Now}
 	for _, m := range mutate {

@@ -22,29 +22,6 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// clock is a settable test clock shared by the store and the CLI.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock {
-	// Real time (ms resolution), so presence TTLs hold whatever the date.
-	return &clock{now: time.UnixMilli(time.Now().UnixMilli())}
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -73,7 +50,7 @@ type result struct {
 type cli struct {
 	url    string
 	prefix string
-	clock  *clock
+	clock  *redistest.Clock
 	env    map[string]string
 }
 
@@ -197,13 +174,14 @@ type env struct {
 	ctx    context.Context
 	client rueidis.Client
 	store  *redisstore.Store
-	clock  *clock
+	clock  *redistest.Clock
 	cli    *cli
 }
 
 func newEnv(t *testing.T, client rueidis.Client, urls ...string) *env {
 	t.Helper()
-	ck := newClock()
+	// Real time (ms resolution), so presence TTLs hold whatever the date.
+	ck := redistest.NewClock(time.UnixMilli(time.Now().UnixMilli()))
 	prefix := redistest.Prefix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
