@@ -61,20 +61,11 @@ func newEnv(t testing.TB, client rueidis.Client, sharded bool) *env {
 	}
 }
 
-var targets = []struct {
-	name   string
-	client func(t *testing.T) rueidis.Client
-}{
-	{"miniredis", func(t *testing.T) rueidis.Client { _, c := redistest.Miniredis(t); return c }},
-	{"redis", func(t *testing.T) rueidis.Client { return redistest.Server(t) }},
-	{"cluster", func(t *testing.T) rueidis.Client { return redistest.Cluster(t) }},
-}
-
 func each(t *testing.T, fn func(t *testing.T, e *env)) {
-	for _, tg := range targets {
-		t.Run(tg.name, func(t *testing.T) {
+	for _, tg := range redistest.Targets {
+		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			fn(t, newEnv(t, tg.client(t), false))
+			fn(t, newEnv(t, tg.Client(t), false))
 		})
 	}
 }

@@ -28,20 +28,11 @@ type env struct {
 	prefix string
 }
 
-var targets = []struct {
-	name   string
-	client func(t *testing.T) rueidis.Client
-}{
-	{"miniredis", func(t *testing.T) rueidis.Client { _, c := redistest.Miniredis(t); return c }},
-	{"redis", func(t *testing.T) rueidis.Client { return redistest.Server(t) }},
-	{"cluster", func(t *testing.T) rueidis.Client { return redistest.Cluster(t) }},
-}
-
 func each(t *testing.T, fn func(t *testing.T, e *env)) {
-	for _, tg := range targets {
-		t.Run(tg.name, func(t *testing.T) {
+	for _, tg := range redistest.Targets {
+		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			client := tg.client(t)
+			client := tg.Client(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			t.Cleanup(cancel)
 			ck := redistest.NewClock(time.UnixMilli(1_800_000_000_000))

@@ -17,18 +17,6 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// target is a server kind the store's tests run against.
-type target struct {
-	name   string
-	client func(t *testing.T) rueidis.Client
-}
-
-var targets = []target{
-	{name: "miniredis", client: func(t *testing.T) rueidis.Client { _, c := redistest.Miniredis(t); return c }},
-	{name: "redis", client: func(t *testing.T) rueidis.Client { return redistest.Server(t) }},
-	{name: "cluster", client: func(t *testing.T) rueidis.Client { return redistest.Cluster(t) }},
-}
-
 // env is one test's store on its own prefix.
 type env struct {
 	t      *testing.T
@@ -39,9 +27,9 @@ type env struct {
 	prefix string
 }
 
-func newEnv(t *testing.T, tg target, mutate ...func(*redisstore.Config)) *env {
+func newEnv(t *testing.T, tg redistest.Target, mutate ...func(*redisstore.Config)) *env {
 	t.Helper()
-	client := tg.client(t)
+	client := tg.Client(t)
 	ck := redistest.NewClock(time.UnixMilli(1_800_000_000_000))
 	prefix := redistest.Prefix(t)
 	cfg := redisstore.Config{Prefix: prefix, Clock: ck.Now}
@@ -57,8 +45,8 @@ func newEnv(t *testing.T, tg target, mutate ...func(*redisstore.Config)) *env {
 
 // each runs fn against every target, in parallel subtests.
 func each(t *testing.T, fn func(t *testing.T, e *env)) {
-	for _, tg := range targets {
-		t.Run(tg.name, func(t *testing.T) {
+	for _, tg := range redistest.Targets {
+		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, newEnv(t, tg))
 		})

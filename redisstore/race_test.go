@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -20,11 +21,11 @@ func TestHoldersRace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	for _, tg := range targets {
-		if tg.name == "miniredis" {
+	for _, tg := range redistest.Targets {
+		if tg.Name == "miniredis" {
 			continue // too slow for 2,000 events × 3 consumers; covered by the smaller tests
 		}
-		t.Run(tg.name, func(t *testing.T) {
+		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, tg)
 			const n, lanes, holders = 2000, 8, 16

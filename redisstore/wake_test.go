@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/notify"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -108,7 +109,7 @@ func TestWakeUpsCarryTheEvents(t *testing.T) {
 }
 
 func TestFailedPublishNeverFailsTheWrite(t *testing.T) {
-	tg := targets[1]
+	tg := redistest.Targets[1]
 	e := newEnv(t, tg, func(c *redisstore.Config) { c.PublishWait = time.Nanosecond })
 	res, err := e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{})
 	require.NoError(t, err)
