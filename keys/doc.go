@@ -26,6 +26,10 @@
 //	                                 id type payload created_at cause
 //	id:<event id>        string      index of the event with that id in the
 //	                                 current lifetime (deduplication)
+//	ids:<nonce>          string      "<first index>:<count>" of a batch whose
+//	                                 ids the store generated: <nonce> (24 hex
+//	                                 digits) + position (8 hex digits); such ids
+//	                                 have no id: key of their own
 //	heads:<chunk>        hash        head-row columns of the indexes of one chunk
 //	                                 (see HeadChunk, RowField and the Col* constants)
 //	cursors              hash        lane and log cursor records, fields keyed by
@@ -66,7 +70,8 @@
 //     '}', so the hash tag of a session key is exactly Tag(session) and two
 //     different sessions never share a tag.
 //   - After the tag, the fixed names are prefix-free among themselves; an
-//     event id appears only as the last segment after "id:", a reducer only
+//     event id appears only as the last segment after "id:", a nonce only
+//     after "ids:", a reducer only
 //     as the last segment after "snap:" or "snap-history:", and a chunk is a
 //     decimal number after "heads:". Event types are hex-encoded after
 //     "type:", so they consist of [0-9a-f] only.

@@ -30,11 +30,11 @@ var trickyStrings = []string{
 	`s1"}:count`, `"}:`, `a"}:{b`, "\x00", "\n", "\x1f", "\x7f", "\xff", "\xc3",
 	"\xc3\xa9", "é", "日本", "\u2028", "\ufffd", "\xed\xa0\x80", `\u0000`,
 	`\u007b`, `\"`, "\\\"", "schema", "type:6d7367", "heads:0", "snap:r",
-	"snap-history:r", "presence-events", "1:c#7", "L", "G", "#",
+	"snap-history:r", "presence-events", "1:c#7", "L", "G", "#", "s:x", "0123456789abcdef01234567",
 }
 
 // keyKinds is the number of key/channel kinds keyOf knows.
-const keyKinds = 17
+const keyKinds = 18
 
 // keyOf builds key kind k of session s. It also returns the part of
 // (arg, n) that the key actually depends on, so that callers can compare
@@ -73,6 +73,8 @@ func keyOf(s Session, k uint8, arg string, n int64) (key string, input string) {
 		return s.Live(), "live"
 	case 15:
 		return s.NotifyChannel(), "notifychannel"
+	case 16:
+		return s.IDBlock(arg), "idblock\x00" + arg
 
 	default:
 		return s.PresenceChannel(), "presencechannel"
@@ -133,7 +135,7 @@ func FuzzKeyInjective(f *testing.F) {
 	f.Add("a2", "s1", uint8(10), "r", int64(0), "a2", "s1", uint8(11), "r", int64(0))     // snap vs snap-history
 	f.Add("a2", "s1", uint8(10), "", int64(0), "a2", "s1", uint8(12), "", int64(0))       // snap: vs snap-reducers
 	f.Add("a2", "s1", uint8(8), "", int64(0), "a2", "s1", uint8(7), "", int64(0))         // type: vs typed
-	f.Add("a2", "s1", uint8(13), "", int64(0), "a2", "s1", uint8(16), "", int64(0))       // presence vs presence-events
+	f.Add("a2", "s1", uint8(13), "", int64(0), "a2", "s1", uint8(17), "", int64(0))       // presence vs presence-events
 	f.Add("a2", "s1", uint8(4), "", int64(1), "a2", "s1", uint8(4), "", int64(-1))        // heads sign
 	f.Add("a", "s1", uint8(0), "", int64(0), "a:{\"s1\"}", "s1", uint8(0), "", int64(0))  // invalid prefix falls back
 	f.Add("a", "b:{x}", uint8(0), "", int64(0), "a:b", "x", uint8(0), "", int64(0))       // different prefixes

@@ -9,13 +9,21 @@
 -- chunk on every call, and each helper, table and string it builds costs
 -- server time.
 --
+-- A batch sent with a nonce (24 lower-case hex digits) has no ids of its
+-- own: its events get '<nonce><position>', position as 8 hex digits from 0,
+-- and the batch one id block, ids:<nonce> = '<first index>:<count>',
+-- instead of an id key per event. Any 32-hex-digit id is looked up in both
+-- places (the layout of include/session's block_of, written out here).
+--
 -- KEYS[1]  the session counter; every other key is derived from it.
 -- ARGV[1]  now, epoch milliseconds from the store's clock
 -- ARGV[2]  served consumers: '' for all, else a JSON list of [name]
 -- ARGV[3]  k, the number of batches
--- then per batch: its event count n and its origin index or '', followed by
---   n events, each: id, type, payload JSON, m (its event-cursor targets),
---   then m cursor-id prefixes '<byte length of consumer>:<consumer>#'
+-- then per batch: its event count n, its origin index or '', its nonce or
+--   '', and '1' if any of its events targets event cursors (else '0'),
+--   followed by n events, each: id (only without a nonce), type, payload
+--   JSON and, only in a batch with targets, m (the event's event-cursor
+--   targets) and m cursor-id prefixes '<byte length of consumer>:<consumer>#'
 --
 -- Replies: { has_pending, outcome... }, one outcome per batch:
 --   first index             appended (an integer, not a list)
@@ -28,23 +36,37 @@ local counter = KEYS[1]
 local session = string.sub(counter, 1, -6)
 local k = tonumber(ARGV[3])
 
--- Where each batch's arguments start, and one MGET (in slices of 1000 keys)
--- for the counter, the clear marker, the typed registry, the live count and
--- the owner of every id.
--- offsets[e] is where the e-th event of the call starts (its id), over
--- all batches; keys[4 + e] is its id record.
+-- The layout of the call, and one MGET (in slices of 1000 keys) for the
+-- counter, the clear marker, the typed registry, the live count, each
+-- nonce's id block, and each explicit id's key (and block, for an id of the
+-- generated shape). starts[b] is where batch b's header starts; types[e]
+-- is where the e-th event of the call has its type (its id, if sent, is
+-- just before); at_key[e] is the MGET position of its id key and
+-- at_block[e] of its block; at_block[-b] is that of batch b's nonce block.
 local keys = { counter, session .. 'clear', session .. 'typed', session .. 'live' }
-local starts, offsets, at, e = {}, {}, 4, 0
+local starts, types, at_key, at_block, at, e = {}, {}, {}, {}, 4, 0
 for b = 1, k do
   starts[b] = at
-  local n = tonumber(ARGV[at])
-  at = at + 2
+  local n, nonce, targeted = tonumber(ARGV[at]), ARGV[at + 2], ARGV[at + 3] == '1'
+  at = at + 4
+  if nonce ~= '' then
+    keys[#keys + 1] = session .. 'ids:' .. nonce
+    at_block[-b] = #keys
+  end
   for _ = 1, n do
     e = e + 1
-    offsets[e] = at
-    keys[4 + e] = session .. 'id:' .. ARGV[at]
-    local m = ARGV[at + 3]
-    at = at + (m == '0' and 4 or 4 + tonumber(m))
+    if nonce == '' then
+      local id = ARGV[at]
+      keys[#keys + 1] = session .. 'id:' .. id
+      at_key[e] = #keys
+      if string.len(id) == 32 and not string.find(id, '[^0-9a-f]') then
+        keys[#keys + 1] = session .. 'ids:' .. string.sub(id, 1, 24)
+        at_block[e] = #keys
+      end
+      at = at + 1
+    end
+    types[e] = at
+    at = at + (targeted and 3 + tonumber(ARGV[at + 2]) or 2)
   end
 end
 local values
@@ -65,95 +87,143 @@ local live = tonumber(values[4] or '0')
 
 local log, now = session .. 'log', ARGV[1]
 local typed = values[3] and cjson.decode(values[3]) or nil
-local written, writes, indexed = (k > 1) and {} or nil, {}, nil
+-- What earlier batches of this call wrote: id -> index, key -> block record.
+local written = (k > 1) and {} or nil
+local writes, w, indexed = {}, 0, nil
 local heads, pending_fast = nil, false
 local served = nil
 if ARGV[2] ~= '' then
   served = {}
   for _, entry in ipairs(cjson.decode(ARGV[2])) do served[entry[1]] = true end
 end
--- The index that owns the call's e-th id in this lifetime, or false.
+-- The index a block record gives position p, or nil.
+local function block_owner(record, p)
+  local first, n = string.match(record, '^(%d+):(%d+)$')
+  if first and p < tonumber(n) then return tonumber(first) + p end
+end
+-- The index that owns the call's e-th (explicit) id in this lifetime, or
+-- false.
 local function owner_of(e)
-  local owner = written and written[ARGV[offsets[e]]]
-  if not owner then
-    owner = values[4 + e]
-    if owner and tonumber(owner) < boundary then owner = false end
+  local id = ARGV[types[e] - 1]
+  local owner = written and written[id]
+  if owner then return owner end
+  owner = values[at_key[e]]
+  local block = at_block[e]
+  if not owner and block then
+    local record = (written and written[keys[block]]) or values[block]
+    if record then owner = block_owner(record, tonumber(string.sub(id, 25), 16)) end
   end
-  return owner
+  if owner and tonumber(owner) < boundary then return false end
+  return owner or false
 end
 local replies = { false }
-local key_at = 4
+e = 0
 for b = 1, k do
   local start = starts[b]
-  local n, origin = tonumber(ARGV[start]), ARGV[start + 1]
-  local found = 0
-  for i = 1, n do
-    if owner_of(key_at - 4 + i) then found = found + 1 end
-  end
+  local n, origin, nonce = tonumber(ARGV[start]), ARGV[start + 1], ARGV[start + 2]
   local reply
+  local found, first_found = 0, nil
+  if n > 0 and nonce ~= '' then
+    local key = keys[at_block[-b]]
+    local record = (written and written[key]) or values[at_block[-b]]
+    if record then
+      local first, count = string.match(record, '^(%d+):(%d+)$')
+      if first and tonumber(first) >= boundary then
+        found, first_found = math.min(n, tonumber(count)), tonumber(first)
+      end
+    end
+  elseif n > 0 then
+    for i = 1, n do
+      if owner_of(e + i) then found = found + 1 end
+    end
+  end
   if n == 0 then
     reply = { 'empty' }
   elseif found == n then
-    reply = { 'dup' }
-    for i = 1, n do
-      local entry = owner_of(key_at - 4 + i) .. '-0'
-      reply[1 + i] = redis.call('XRANGE', log, entry, entry)[1]
+    if first_found then
+      reply = redis.call('XRANGE', log, string.format('%d-0', first_found), string.format('%d-0', first_found + n - 1))
+      table.insert(reply, 1, 'dup')
+    else
+      reply = { 'dup' }
+      for i = 1, n do
+        local entry = owner_of(e + i) .. '-0'
+        reply[1 + i] = redis.call('XRANGE', log, entry, entry)[1]
+      end
     end
   elseif found > 0 then
     reply = { 'partial', string.format('%d', found) }
   elseif origin ~= '' and tonumber(origin) <= boundary then
     reply = { 'cleared', origin }
   else
-    -- The entries; their id records and the counter go in one MSET. Events
-    -- of a type some log cursor reads also join that type's index.
+    -- The entries; their id keys (or block) and the counter go in one MSET.
+    -- Events of a type some log cursor reads also join that type's index.
     -- An appended batch's outcome is just its first index, an integer.
     reply = total + 1
+    local targeted = ARGV[start + 3] == '1'
     for i = 1, n do
-      local o = offsets[key_at - 4 + i]
-      local idx = string.format('%d', total + i)
-      redis.call('XADD', log, idx .. '-0', 'id', ARGV[o], 'type', ARGV[o + 1],
-        'payload', ARGV[o + 2], 'created_at', now, 'cause', '')
-      if written then written[ARGV[o]] = idx end
-      writes[#writes + 1] = keys[key_at + i]
-      writes[#writes + 1] = idx
+      local o = types[e + i]
+      local entry_id = string.format('%d-0', total + i)
+      local id
+      if nonce ~= '' then
+        id = string.format('%s%08x', nonce, i - 1)
+      else
+        id = ARGV[o - 1]
+        w = w + 2
+        writes[w - 1] = keys[at_key[e + i]]
+        writes[w] = string.sub(entry_id, 1, -3)
+        if written then written[id] = writes[w] end
+      end
+      local typ = ARGV[o]
+      redis.call('XADD', log, entry_id, 'id', id, 'type', typ,
+        'payload', ARGV[o + 1], 'created_at', now, 'cause', '')
       -- Each event-cursor target is a new runnable head scoring its index.
-      for t = 1, tonumber(ARGV[o + 3]) do
-        local prefix = ARGV[o + 3 + t]
-        heads = heads or {}
-        heads[#heads + 1] = total + i
-        heads[#heads + 1] = prefix .. idx
-        live = live + 1
-        if not pending_fast then
-          if served == nil then
-            pending_fast = true
-          else
-            local colon = string.find(prefix, ':', 1, true)
-            pending_fast = served[string.sub(prefix, colon + 1, -2)] == true
+      if targeted then
+        local idx = string.sub(entry_id, 1, -3)
+        for t = 1, tonumber(ARGV[o + 2]) do
+          local prefix = ARGV[o + 2 + t]
+          heads = heads or {}
+          heads[#heads + 1] = total + i
+          heads[#heads + 1] = prefix .. idx
+          live = live + 1
+          if not pending_fast then
+            if served == nil then
+              pending_fast = true
+            else
+              local colon = string.find(prefix, ':', 1, true)
+              pending_fast = served[string.sub(prefix, colon + 1, -2)] == true
+            end
           end
         end
       end
-      local entry = typed and typed[ARGV[o + 1]]
+      local entry = typed and typed[typ]
       if entry then
         indexed = indexed or {}
-        local list = indexed[ARGV[o + 1]]
+        local list = indexed[typ]
         if not list then
           list = {}
-          indexed[ARGV[o + 1]] = list
+          indexed[typ] = list
         end
         list[#list + 1] = total + i
-        list[#list + 1] = idx
+        list[#list + 1] = string.sub(entry_id, 1, -3)
         entry[2] = total + i
       end
+    end
+    if nonce ~= '' then
+      local record = string.format('%d:%d', total + 1, n)
+      w = w + 2
+      writes[w - 1] = keys[at_block[-b]]
+      writes[w] = record
+      if written then written[keys[at_block[-b]]] = record end
     end
     total = total + n
   end
   replies[b + 1] = reply
-  key_at = key_at + n
+  e = e + n
 end
 
-if #writes > 0 then
-  writes[#writes + 1] = counter
-  writes[#writes + 1] = string.format('%d', total)
+if w > 0 then
+  writes[w + 1] = counter
+  writes[w + 2] = string.format('%d', total)
   if heads then
     for first = 1, #heads, 1000 do
       redis.call('ZADD', session .. 'runnable', unpack(heads, first, math.min(first + 999, #heads)))

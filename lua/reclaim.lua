@@ -1,8 +1,8 @@
 --@include sweep
 -- reclaim: deletes one page of a past lifetime — log entries below the clear
--- marker and the id keys that still name them (an id reused in the new
--- lifetime keeps its new owner) — and, once none is left, sweeps what the
--- past lifetimes left (see sweep). Safe to run repeatedly and concurrently:
+-- marker and the id keys and id blocks that still name them (an id reused in
+-- the new lifetime keeps its new owner) — and, once none is left, sweeps what
+-- the past lifetimes left (see sweep). Safe to run repeatedly and concurrently:
 -- each run takes the next page, and a finished session only sweeps again.
 --
 -- KEYS[1]  the session counter
@@ -21,8 +21,15 @@ if #entries > 0 then
     local fields = entry[2]
     for i = 1, #fields, 2 do
       if fields[i] == 'id' then
-        ids[#ids + 1] = id_key(fields[i + 1])
+        local id = fields[i + 1]
+        ids[#ids + 1] = id_key(id)
         indexes[#ids] = entry_index(entry[1])
+        -- A block record goes with its batch's first event.
+        local nonce, p = block_of(id)
+        if p == 0 then
+          ids[#ids + 1] = block_key(nonce)
+          indexes[#ids] = indexes[#ids - 1]
+        end
         break
       end
     end
@@ -30,7 +37,8 @@ if #entries > 0 then
   end
   local owners, stale = sliced('MGET', nil, ids), {}
   for i = 1, #ids do
-    if owners[i] and tonumber(owners[i]) == indexes[i] then stale[#stale + 1] = ids[i] end
+    local owner = owners[i] and tonumber(string.match(owners[i], '^%d+'))
+    if owner == indexes[i] then stale[#stale + 1] = ids[i] end
   end
   sliced('DEL', nil, stale)
   removed = 0

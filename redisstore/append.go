@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -60,7 +62,7 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 	if err != nil {
 		return AppendResult{}, err
 	}
-	batch, err := s.prepare(events, "events")
+	batch, nonce, err := s.prepare(events, "events")
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -76,7 +78,7 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 		origin = itoa(opts.OriginIndex)
 	}
 	if plainBatch(events, opts.Consumers) {
-		call := &plainCall{ctx: ctx, batch: batch, origin: origin, heads: make([][]string, len(events))}
+		call := &plainCall{ctx: ctx, batch: batch, origin: origin, nonce: nonce, heads: make([][]string, len(events))}
 		for i, e := range events {
 			for _, t := range e.Targets {
 				call.heads[i] = append(call.heads[i], keys.EventRow(t.Consumer))
@@ -234,16 +236,54 @@ func (p prepared) stored(session string, index, now int64, cause *a2redis.Cause)
 }
 
 // prepare validates a batch and fills in generated ids and null payloads.
-func (s *Store) prepare(events []a2redis.Event, arg string) ([]prepared, error) {
-	valid, err := check.Batch(events, arg, s.cfg.MaxBatch, s.cfg.IDs)
+// With the default id generator, the ids it fills in are one random nonce
+// (24 hex digits) followed by a count (8 hex digits); it returns the nonce
+// when every id of a non-empty batch is generated, so the batch can be
+// recorded as one id block instead of an id key per event.
+func (s *Store) prepare(events []a2redis.Event, arg string) ([]prepared, string, error) {
+	ids, nonce, generated := s.cfg.IDs, "", 0
+	if s.blockIDs {
+		ids = func() string {
+			if nonce == "" {
+				nonce = randomNonce()
+			}
+			generated++
+			return blockID(nonce, generated-1)
+		}
+	}
+	valid, err := check.Batch(events, arg, s.cfg.MaxBatch, ids)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	out := make([]prepared, len(valid))
 	for i, e := range valid {
 		out[i] = prepared{id: e.ID, typ: e.Type, payload: e.Payload, targets: targetsArg(events[i].Targets)}
 	}
-	return out, nil
+	if generated != len(events) {
+		nonce = ""
+	}
+	return out, nonce, nil
+}
+
+// randomNonce returns 96 random bits as 24 lower-case hex digits.
+func randomNonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// blockID is the generated id of the event at position i of a batch with
+// nonce: the nonce and i as 8 lower-case hex digits, as append_plain builds
+// it.
+func blockID(nonce string, i int) string {
+	const digits = "0123456789abcdef"
+	var b [32]byte
+	copy(b[:], nonce)
+	for j := 31; j >= 24; j-- {
+		b[j] = digits[i&0xf]
+		i >>= 4
+	}
+	return string(b[:])
 }
 
 // targetsArg encodes validated targets as [[consumer, tag], ...], or ” for

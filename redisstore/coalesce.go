@@ -38,6 +38,7 @@ type plainCall struct {
 	batch  []prepared
 	heads  [][]string // per event, its event-cursor targets' row names
 	origin string
+	nonce  string // the batch's id nonce when every id is generated
 	done   chan struct{}
 	res    AppendResult
 	err    error
@@ -180,7 +181,7 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 	now := s.now()
 	size := 3
 	for _, call := range group {
-		size += 2 + 4*len(call.batch)
+		size += 4 + 4*len(call.batch)
 		for _, h := range call.heads {
 			size += len(h)
 		}
@@ -188,10 +189,23 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 	args := make([]string, 0, size)
 	args = append(args, itoa(now), served, itoa(int64(len(group))))
 	for _, call := range group {
-		args = append(args, itoa(int64(len(call.batch))), call.origin)
+		targeted := "0"
+		for _, h := range call.heads {
+			if len(h) > 0 {
+				targeted = "1"
+				break
+			}
+		}
+		args = append(args, itoa(int64(len(call.batch))), call.origin, call.nonce, targeted)
 		for i, e := range call.batch {
-			args = append(args, e.id, e.typ, string(e.payload), itoa(int64(len(call.heads[i]))))
-			args = append(args, call.heads[i]...)
+			if call.nonce == "" {
+				args = append(args, e.id)
+			}
+			args = append(args, e.typ, string(e.payload))
+			if targeted == "1" {
+				args = append(args, itoa(int64(len(call.heads[i]))))
+				args = append(args, call.heads[i]...)
+			}
 		}
 	}
 	reply, err := s.run(ctx, "append_plain", session, args)

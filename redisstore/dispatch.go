@@ -331,7 +331,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 	if err != nil {
 		return CompleteResult{}, err
 	}
-	batch, err := s.prepare(req.Events, "Events")
+	batch, _, err := s.prepare(req.Events, "Events")
 	if err != nil {
 		return CompleteResult{}, err
 	}

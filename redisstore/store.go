@@ -58,7 +58,10 @@ type Config struct {
 	// presence expiry comes from it, never from Redis. Default time.Now.
 	Clock func() time.Time
 	// IDs generates event ids for events appended without one and for
-	// clear markers. Default: 128 random bits as 32 hex digits.
+	// clear markers. Default: for the events of a batch, 96 random bits
+	// shared by the batch (24 hex digits) followed by the event's position
+	// (8 hex digits), recorded as one id block per batch; for a clear
+	// marker, RandomID. Either way 32 lower-case hex digits.
 	IDs func() string
 	// KeyLocking chooses whether scripts carry Upstash's
 	// allow-key-locking flag. Default KeyLockingAuto.
@@ -95,6 +98,9 @@ type Store struct {
 	schema  string
 	mu      sync.Mutex
 	locking int // 0 unknown, 1 yes, 2 no
+	// blockIDs: ids are generated per batch (nonce + position), not by
+	// cfg.IDs.
+	blockIDs bool
 
 	coalesce coalescer
 }
@@ -117,7 +123,8 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.IDs == nil {
+	blockIDs := cfg.IDs == nil
+	if blockIDs {
 		cfg.IDs = RandomID
 	}
 	if cfg.PublishWait == 0 {
@@ -135,7 +142,7 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 	if cfg.ClaimLimit < 0 {
 		return nil, a2redis.Invalid("Config.ClaimLimit", "is negative")
 	}
-	s := &Store{client: client, cfg: cfg, schema: keys.Schema(cfg.Prefix)}
+	s := &Store{client: client, cfg: cfg, schema: keys.Schema(cfg.Prefix), blockIDs: blockIDs}
 	switch cfg.KeyLocking {
 	case KeyLockingOn:
 		s.locking = 1

@@ -20,23 +20,46 @@ local typed, typed_dirty, live_dirty = {}, false, false
 
 local function id_key(id) return SESSION .. 'id:' .. id end
 
+-- A batch appended without ids gets the ids '<nonce><position>' (24 + 8
+-- lower-case hex digits, position from 0) and one record for all of them,
+-- ids:<nonce> = '<first index>:<count>'. Any 32-hex-digit id may be such
+-- an id: its owner is its own id key's, else its block record's.
+local function block_of(id)
+  if string.len(id) == 32 and not string.find(id, '[^0-9a-f]') then
+    return string.sub(id, 1, 24), tonumber(string.sub(id, 25), 16)
+  end
+end
+local function block_key(nonce) return SESSION .. 'ids:' .. nonce end
+-- The index a block record gives position p, or nil.
+local function block_owner(record, p)
+  local first, n = string.match(record, '^(%d+):(%d+)$')
+  if first and p < tonumber(n) then return int(tonumber(first) + p) end
+end
+
 -- One MGET for the counter, the clear marker, the typed registry, the live
 -- count, and the owners of `ids`. Returns, per id, the index it names in the
 -- current lifetime, or false (an id recorded below the clear is free again).
 local function read_bounds(ids)
-  local keys = { COUNTER, CLEAR, TYPED, LIVE }
-  for _, id in ipairs(ids or {}) do keys[#keys + 1] = id_key(id) end
+  local keys, blocks = { COUNTER, CLEAR, TYPED, LIVE }, {}
+  for i, id in ipairs(ids or {}) do
+    keys[#keys + 1] = id_key(id)
+    local nonce, p = block_of(id)
+    if nonce then blocks[i] = { #keys + 1, p } keys[#keys + 1] = block_key(nonce) end
+  end
   local values = sliced('MGET', nil, keys)
   -- A collapsed session keeps only its clear marker.
   total = tonumber(values[1] or values[2] or '0')
   boundary = tonumber(values[2] or '0')
   if values[3] then typed = cjson.decode(values[3]) end
   live = tonumber(values[4] or '0')
-  local owners = {}
-  for i = 5, #keys do
-    local owner = values[i]
+  local owners, at = {}, 5
+  for i = 1, #(ids or {}) do
+    local owner = values[at]
+    local block = blocks[i]
+    if not owner and block and values[block[1]] then owner = block_owner(values[block[1]], block[2]) end
     if owner and tonumber(owner) < boundary then owner = false end
-    owners[i - 4] = owner
+    owners[i] = owner or false
+    at = at + (block and 2 or 1)
   end
   return owners
 end
