@@ -107,16 +107,25 @@ local function processed_attempt(p) return tonumber(string.match(p, ':(%d+)$') o
 -- Building a string is what a script pays most for on Redis (a
 -- number-to-text conversion or a concatenation costs as much as a small
 -- command), so chunk keys and row prefixes are built once per script.
-local chunk_keys, row_prefixes = {}, {}
+local chunk_keys, is_chunk, row_prefixes = {}, {}, {}
 local function chunk_key(idx)
   local chunk = math.floor((idx - 1) / CHUNK)
   local key = chunk_keys[chunk]
   if not key then
     key = SESSION .. 'heads:' .. int(chunk)
     chunk_keys[chunk] = key
+    is_chunk[key] = true
   end
   return key
 end
+-- Every write to a chunk also sets its pin field, CHUNK_PIN (a name that is
+-- no row's) to CHUNK_PIN_VALUE: a value longer than Redis's default
+-- hash-max-listpack-value (64 bytes) keeps the hash in hashtable encoding.
+-- A chunk holds hundreds of fields, and in a listpack every field read or
+-- written is a scan of the whole hash.
+local CHUNK_PIN = '~'
+local CHUNK_PIN_VALUE = 'hashtable-encoding-pin-hashtable-encoding-pin-hashtable-encoding-pin'
+
 -- "<idx>:<row>:", the prefix of a head row's fields.
 local function row_prefix(idx, row)
   local rows = row_prefixes[idx]
@@ -264,7 +273,14 @@ local function commit()
   if live_dirty then mark(LIVE, int(live)) end
   if typed_dirty then mark(TYPED, cjson.encode(typed)) end
   sliced('MSET', nil, strings)
-  for _, key in ipairs(hset_order) do sliced('HSET', key, hsets[key]) end
+  for _, key in ipairs(hset_order) do
+    local fields = hsets[key]
+    if is_chunk[key] then
+      fields[#fields + 1] = CHUNK_PIN
+      fields[#fields + 1] = CHUNK_PIN_VALUE
+    end
+    sliced('HSET', key, fields)
+  end
   for _, key in ipairs(hdel_order) do sliced('HDEL', key, hdels[key]) end
   flush_scores(READY, ready_changes, ready_order)
   strings, hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}, {}
