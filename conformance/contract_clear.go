@@ -281,11 +281,20 @@ func (e *env) checkLifetimeKeys(session string) {
 			case singles[key]:
 			case strings.HasPrefix(name, "id:"):
 				e.check(ids[strings.TrimPrefix(name, "id:")], "id record %q names no event of the current lifetime", key)
+			case strings.HasPrefix(name, "ids:"):
+				got, err := c.Do(e.ctx, c.B().Get().Key(key).Build()).ToString()
+				e.no(err, "GET %s", key)
+				first, _, _ := strings.Cut(got, ":")
+				idx, _ := strconv.ParseInt(first, 10, 64)
+				e.check(idx >= b.ClearIndex, "id block %q (%s) names a batch below the marker %d", key, got, b.ClearIndex)
 			case strings.HasPrefix(name, "heads:"):
 				chunk, err := strconv.ParseInt(strings.TrimPrefix(name, "heads:"), 10, 64)
 				e.no(err, "chunk of %q", key)
 				e.check(chunk >= keys.HeadChunk(max(b.ClearIndex, 1)), "head chunk %q lies wholly below the marker %d", key, b.ClearIndex)
 				for _, field := range do([]string{"HKEYS", key}) {
+					if field == keys.ChunkPin {
+						continue
+					}
 					m := headsField.FindStringSubmatch(field)
 					e.check(m != nil, "head row field %q", field)
 					idx, _ := strconv.ParseInt(m[1], 10, 64)

@@ -22,6 +22,16 @@ func HeadChunk(index int64) int64 {
 	return index/HeadChunkSize - 1
 }
 
+// ChunkPin is a field every heads hash carries besides its rows, set to
+// [ChunkPinValue] by every write to the hash. The value is longer than
+// Redis's default hash-max-listpack-value (64 bytes), which keeps the hash
+// in hashtable encoding: a chunk holds hundreds of fields, and in a listpack
+// every field read or write scans the whole hash.
+const ChunkPin = "~"
+
+// ChunkPinValue is the value of [ChunkPin].
+const ChunkPinValue = "hashtable-encoding-pin-hashtable-encoding-pin-hashtable-encoding-pin"
+
 // Columns of a head row. A head row is a group of fields of a heads hash,
 // one per column, named by [RowField].
 const (

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -470,4 +472,30 @@ func TestCompleteReplaysIDsThatAreNotUTF8(t *testing.T) {
 		_, err = e.store.CompleteAttempt(e.ctx, other)
 		require.ErrorIs(t, err, a2redis.ErrPartialDuplicateBatch)
 	})
+}
+
+// A head chunk stays in hashtable encoding from its first write: in a
+// listpack every row read or write would scan the whole chunk.
+func TestHeadChunksUseHashtableEncoding(t *testing.T) {
+	for _, tg := range redistest.Targets {
+		if tg.Name == "miniredis" {
+			continue // no encodings
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, tg)
+			_, err := e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
+			require.NoError(t, err)
+			c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "h", TTL: time.Minute})
+			require.NoError(t, err)
+			require.Len(t, c.Heads, 1)
+			key := keysFor(e, "s").Heads(0)
+			enc, err := e.client.Do(e.ctx, e.client.B().ObjectEncoding().Key(key).Build()).ToString()
+			require.NoError(t, err)
+			assert.Equal(t, "hashtable", enc)
+			pin, err := e.client.Do(e.ctx, e.client.B().Hget().Key(key).Field(keys.ChunkPin).Build()).ToString()
+			require.NoError(t, err)
+			assert.Equal(t, keys.ChunkPinValue, pin)
+		})
+	}
 }

@@ -43,8 +43,8 @@ local function sweep()
   local older = {}
   local boundary_chunk = SESSION .. 'heads:' .. int(last)
   for _, field in ipairs(redis.call('HKEYS', boundary_chunk)) do
-    local idx = tonumber(string.match(field, '^(%d+):'))
-    if idx and idx < boundary then older[#older + 1] = field end
+    local idx = string.match(field, '^(%d+):')
+    if idx and tonumber(idx) < boundary then older[#older + 1] = field end
   end
   sliced('HDEL', boundary_chunk, older)
 
