@@ -21,13 +21,15 @@
 --
 -- Replies:
 --   { 'claimed', count, head..., clear index, session head } where each head
---       is { consumer, kind ('#', 'L<lane>' or 'G<lane>'), index, columns, entry }
+--       is { consumer, kind ('#', 'L<lane>' or 'G<lane>'), index, columns }
 --       and columns are d fc lc ch ce a lf lfa e f (f set: dead-lettered by
---       this takeover, not to be run)
+--       this takeover, not to be run); a head claimed for the first time
+--       has no columns: { consumer, kind, index }, columns 1, now, now,
+--       holder, expiry, 0. The events are not in the reply.
 --   { 'busy', earliest retry time }
 --   { 'settled' }
---   { 'missing', index }   a head names an index the log lacks (corruption);
---                          nothing written
+--   { 'missing', index }   a head names an index past the session head
+--                          (corruption); nothing written
 local holder, now, expires_at = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local max_failures = tonumber(ARGV[4])
 local through = ARGV[6] == '' and HELD - 1 or math.min(tonumber(ARGV[6]), HELD - 1)
@@ -169,26 +171,12 @@ for position, candidate in ipairs(candidates) do
 end
 if #taken == 0 then return { 'settled' } end
 
--- One XRANGE per run of consecutive indexes.
-local wanted, indexes, entries = {}, {}, {}
+-- The events themselves are not read here: the store fetches them with a
+-- plain XRANGE after the call (moving an entry into Lua and back out costs
+-- the server far more than a native XRANGE). An index past the session
+-- head is corruption, refused before anything is written.
 for _, take in ipairs(taken) do
-  local idx = take.candidate[1]
-  if not wanted[idx] then
-    wanted[idx] = true
-    indexes[#indexes + 1] = idx
-  end
-end
-table.sort(indexes)
-local first = 1
-while first <= #indexes do
-  local last = first
-  while last < #indexes and indexes[last + 1] == indexes[last] + 1 do last = last + 1 end
-  local range = redis.call('XRANGE', LOG, int(indexes[first]) .. '-0', int(indexes[last]) .. '-0')
-  for _, entry in ipairs(range) do entries[entry_index(entry[1])] = entry end
-  first = last + 1
-end
-for _, idx in ipairs(indexes) do
-  if not entries[idx] then return { 'missing', int(idx) } end
+  if take.candidate[1] > total then return { 'missing', int(take.candidate[1]) } end
 end
 
 local reply = { 'claimed', int(#taken) }
@@ -224,7 +212,13 @@ for _, take in ipairs(taken) do
     hold(candidate.cid, tonumber(expires_at))
     columns = { attempt, first_claimed, ARGV[2], holder, expires_at, int(failures), row[7], row[8], row[9], false }
   end
-  reply[#reply + 1] = { candidate.consumer, candidate.kind, int(idx), columns, entries[idx] }
+  if row == FRESH then
+    -- A first claim: the columns are the request's own (attempt 1, claimed
+    -- now by the holder until the expiry, no failures).
+    reply[#reply + 1] = { candidate.consumer, candidate.kind, int(idx) }
+  else
+    reply[#reply + 1] = { candidate.consumer, candidate.kind, int(idx), columns }
+  end
 end
 commit()
 reply[#reply + 1] = int(boundary)

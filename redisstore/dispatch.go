@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -130,10 +132,21 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 	if err != nil {
 		return ClaimResult{}, err
 	}
-	return claimResult(req.Session, reply)
+	fresh := a2redis.Dispatch{
+		Attempts: 1, FirstClaimedAt: time.UnixMilli(now), LastClaimedAt: time.UnixMilli(now),
+		Holder: req.Holder, ClaimExpiresAt: time.UnixMilli(expires),
+	}
+	r, err := claimResult(req.Session, reply, fresh)
+	if err != nil || r.Outcome != Claimed {
+		return r, err
+	}
+	return r, s.claimedEvents(ctx, req.Session, &r)
 }
 
-func claimResult(session string, reply []rueidis.RedisMessage) (ClaimResult, error) {
+// claimResult decodes a claim's reply; a head claimed for the first time
+// has the dispatch columns fresh. The heads' events are left for
+// claimedEvents.
+func claimResult(session string, reply []rueidis.RedisMessage, fresh a2redis.Dispatch) (ClaimResult, error) {
 	switch word(reply, 0) {
 	case "settled":
 		return ClaimResult{Outcome: Settled}, nil
@@ -144,7 +157,7 @@ func claimResult(session string, reply []rueidis.RedisMessage) (ClaimResult, err
 		}
 		return ClaimResult{Outcome: Busy, RetryAt: time.UnixMilli(at)}, nil
 	case "missing":
-		return ClaimResult{}, errorf(a2redis.ErrRangeGap, session, "a head names index %s, which the log lacks", word(reply, 1))
+		return ClaimResult{}, errorf(a2redis.ErrRangeGap, session, "a head names index %s, past the session head", word(reply, 1))
 	case "claimed":
 		count, err := number(reply, 1)
 		if err != nil || len(reply) != int(count)+4 {
@@ -152,9 +165,21 @@ func claimResult(session string, reply []rueidis.RedisMessage) (ClaimResult, err
 		}
 		r := ClaimResult{Outcome: Claimed}
 		for _, m := range reply[2 : 2+count] {
-			head, err := headOf(session, m)
+			parts := array(m)
+			if len(parts) != 3 && len(parts) != 4 {
+				return ClaimResult{}, fmt.Errorf("%w: claimed head %v", a2redis.ErrUnexpectedReply, m)
+			}
+			index, err := strconv.ParseInt(text(parts[2]), 10, 64)
 			if err != nil {
-				return ClaimResult{}, err
+				return ClaimResult{}, fmt.Errorf("%w: claimed head %v", a2redis.ErrUnexpectedReply, m)
+			}
+			kind, lane := cursorOf(text(parts[1]))
+			head := a2redis.HeadEvent{
+				StoredEvent: a2redis.StoredEvent{Session: session, Index: index},
+				Consumer:    text(parts[0]), Lane: lane, Kind: kind, Dispatch: fresh,
+			}
+			if len(parts) == 4 {
+				head.Dispatch = dispatch(parts[3])
 			}
 			if head.DeadLettered() {
 				r.DeadLettered = append(r.DeadLettered, head)
@@ -173,6 +198,78 @@ func claimResult(session string, reply []rueidis.RedisMessage) (ClaimResult, err
 		return r, nil
 	}
 	return ClaimResult{}, fmt.Errorf("%w: claim replied %v", a2redis.ErrUnexpectedReply, reply)
+}
+
+// claimedEvents fills in the events of a claim's heads with one XRANGE per
+// run of consecutive indexes, sent together. Stored events never change,
+// so reading them after the claim reads what the claim saw, unless a clear
+// and a reclaim deleted them in between: such heads belong to a past
+// lifetime (their attempts are superseded) and are left out. A missing
+// event above the clear marker is a gap in the log (ErrRangeGap).
+func (s *Store) claimedEvents(ctx context.Context, session string, r *ClaimResult) error {
+	indexes := make([]int64, 0, len(r.Heads)+len(r.DeadLettered))
+	for _, list := range [][]a2redis.HeadEvent{r.Heads, r.DeadLettered} {
+		for _, h := range list {
+			indexes = append(indexes, h.Index)
+		}
+	}
+	slices.Sort(indexes)
+	indexes = slices.Compact(indexes)
+	log := s.keys(session).Log()
+	var cmds rueidis.Commands
+	for first := 0; first < len(indexes); {
+		last := first
+		for last+1 < len(indexes) && indexes[last+1] == indexes[last]+1 {
+			last++
+		}
+		cmds = append(cmds, s.client.B().Xrange().Key(log).Start(itoa(indexes[first])+"-0").End(itoa(indexes[last])+"-0").Build())
+		first = last + 1
+	}
+	events := make(map[int64]a2redis.StoredEvent, len(indexes))
+	for _, res := range s.client.DoMulti(ctx, cmds...) {
+		entries, err := res.ToArray()
+		if err != nil {
+			return err
+		}
+		for _, m := range entries {
+			ev, err := entry(session, m)
+			if err != nil {
+				return err
+			}
+			events[ev.Index] = ev
+		}
+	}
+	fill := func(list []a2redis.HeadEvent) ([]a2redis.HeadEvent, bool) {
+		out, gone := list[:0], false
+		for _, h := range list {
+			ev, ok := events[h.Index]
+			if !ok {
+				gone = true
+				continue
+			}
+			h.StoredEvent = ev
+			out = append(out, h)
+		}
+		return out, gone
+	}
+	var goneHeads, goneDead bool
+	r.Heads, goneHeads = fill(r.Heads)
+	r.DeadLettered, goneDead = fill(r.DeadLettered)
+	if !goneHeads && !goneDead {
+		return nil
+	}
+	// Events are missing: only a clear since the claim explains that.
+	b, err := s.Bounds(ctx, session)
+	if err != nil {
+		return err
+	}
+	for _, idx := range indexes {
+		if _, ok := events[idx]; !ok && idx > b.ClearIndex {
+			return errorf(a2redis.ErrRangeGap, session, "claimed index %d, which the log lacks", idx)
+		}
+	}
+	r.ClearIndex = max(r.ClearIndex, b.ClearIndex)
+	return nil
 }
 
 func sortHeads(heads []a2redis.HeadEvent) {
