@@ -66,6 +66,75 @@ local function name_candidate(candidate)
   candidate.kind = string.sub(tag, 1, 1) == '#' and '#' or tag
 end
 
+-- The common case, written flat: every consumer served, nothing excluded,
+-- no hold that has ended, and the lowest free heads are all event heads
+-- never claimed. It checks all that before it writes anything, and returns
+-- nil to leave any other case to the general path below. (A script pays
+-- for every table, string and helper call; this path makes few.)
+local function fast_claim()
+  if not open_to_all then return nil end
+  if #redis.call('ZRANGEBYSCORE', READY, '(' .. int(HELD), int(HELD + now), 'LIMIT', '0', '1') > 0 then
+    return nil
+  end
+  local page = redis.call('ZRANGEBYSCORE', READY, '1', int(through), 'WITHSCORES', 'LIMIT', '0', ARGV[7])
+  local n = #page / 2
+  if n == 0 then return nil end
+  -- Per head: its consumer, index text and row prefix; per chunk, the
+  -- heads in it and their attempt fields.
+  local consumers, indexes, prefixes, chunks, order = {}, {}, {}, {}, {}
+  for i = 1, n do
+    local cid, idx = page[2 * i - 1], page[2 * i]
+    local colon = string.find(cid, ':', 1, true)
+    local size = tonumber(string.sub(cid, 1, colon - 1))
+    if string.byte(cid, colon + size + 1) ~= 35 then return nil end -- not '#'
+    if tonumber(idx) > total then return nil end
+    consumers[i], indexes[i] = string.sub(cid, colon + 1, colon + size), idx
+    prefixes[i] = idx .. ':' .. string.sub(cid, 1, colon + size + 1) .. ':'
+    local key = chunk_key(tonumber(idx))
+    local chunk = chunks[key]
+    if not chunk then
+      chunk = { heads = {}, names = {} }
+      chunks[key] = chunk
+      order[#order + 1] = key
+    end
+    chunk.heads[#chunk.heads + 1] = i
+    chunk.names[#chunk.names + 1] = prefixes[i] .. 'd'
+  end
+  for _, key in ipairs(order) do
+    for _, attempt in ipairs(redis.call('HMGET', key, unpack(chunks[key].names))) do
+      if attempt then return nil end
+    end
+  end
+  local stamp = ARGV[2]
+  for _, key in ipairs(order) do
+    local fields = {}
+    for _, i in ipairs(chunks[key].heads) do
+      local prefix, w = prefixes[i], #fields
+      fields[w + 1], fields[w + 2] = prefix .. 'd', '1'
+      fields[w + 3], fields[w + 4] = prefix .. 'l', '#'
+      fields[w + 5], fields[w + 6] = prefix .. 'fc', stamp
+      fields[w + 7], fields[w + 8] = prefix .. 'lc', stamp
+      fields[w + 9], fields[w + 10] = prefix .. 'ch', holder
+      fields[w + 11], fields[w + 12] = prefix .. 'ce', expires_at
+    end
+    fields[#fields + 1] = CHUNK_PIN
+    fields[#fields + 1] = CHUNK_PIN_VALUE
+    sliced('HSET', key, fields)
+  end
+  local held, scores = int(HELD + tonumber(expires_at)), {}
+  for i = 1, n do
+    scores[2 * i - 1], scores[2 * i] = held, page[2 * i - 1]
+  end
+  sliced('ZADD', READY, scores)
+  local reply = { 'claimed', int(n) }
+  for i = 1, n do reply[2 + i] = { consumers[i], '#', indexes[i] } end
+  reply[n + 3] = int(boundary)
+  reply[n + 4] = int(total)
+  return reply
+end
+local fast = fast_claim()
+if fast then return fast end
+
 -- Heads free to claim, lowest index first: runnable scores 1 … through.
 local page_size = open_to_all and limit or (limit + tonumber(ARGV[8]) + 16)
 local candidates, offset = {}, 0
