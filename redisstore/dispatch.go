@@ -128,7 +128,7 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		}
 		args = append(args, ref.Consumer, tag)
 	}
-	reply, err := s.run(ctx, "claim", req.Session, args)
+	reply, err := s.claimRun(ctx, req.Session, args, served == "" && len(req.Exclude) == 0)
 	if err != nil {
 		return ClaimResult{}, err
 	}
@@ -141,6 +141,30 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		return r, err
 	}
 	return r, s.claimedEvents(ctx, req.Session, &r)
+}
+
+// claimRun runs a claim: with every consumer served and nothing excluded,
+// first the flat claim_fast, which handles the common case and hands the
+// rest to claim with nothing written.
+func (s *Store) claimRun(ctx context.Context, session string, args []string, open bool) ([]rueidis.RedisMessage, error) {
+	if open {
+		reply, err := s.run(ctx, "claim_fast", session, args)
+		if err != nil || word(reply, 0) != "general" {
+			return reply, err
+		}
+	}
+	return s.run(ctx, "claim", session, args)
+}
+
+// completeRun runs complete_many's arguments: first the flat complete_fast,
+// which handles event and lane heads claimed and never failed or pinned,
+// and hands the rest to complete_many with nothing written.
+func (s *Store) completeRun(ctx context.Context, session string, args []string) ([]rueidis.RedisMessage, error) {
+	reply, err := s.run(ctx, "complete_fast", session, args)
+	if err != nil || word(reply, 0) != "general" {
+		return reply, err
+	}
+	return s.runIndexed(ctx, "complete_many", session, args)
 }
 
 // claimResult decodes a claim's reply; a head claimed for the first time
@@ -442,15 +466,19 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 	switch {
 	case len(batch) > 0:
 		reply, err = s.runIndexed(ctx, "complete", req.Session, completeArgs(now, cause, served, batch))
-	case req.Head.Lane == "":
-		// An event cursor completing with nothing to append: the lean script.
-		reply, err = s.run(ctx, "complete_event", req.Session, []string{itoa(now), cause.Consumer, itoa(cause.Index), itoa(cause.Attempt)})
 	default:
-		// A lane or log cursor completing with nothing to append:
-		// complete_many with one attempt costs about half of complete. Its
-		// { 'ok', outcome } becomes { outcome }.
-		reply, err = s.runIndexed(ctx, "complete_many", req.Session, []string{itoa(now), served, "1",
-			cause.Consumer, tagOf(cause.Lane), itoa(cause.Index), itoa(cause.Attempt)})
+		// Nothing to append: complete_fast, else complete_event for an
+		// event head and complete_many (a fraction of complete's cost) for
+		// a lane or log head. { 'ok', outcome } becomes { outcome }.
+		args := []string{itoa(now), served, "1", cause.Consumer, tagOf(cause.Lane), itoa(cause.Index), itoa(cause.Attempt)}
+		reply, err = s.run(ctx, "complete_fast", req.Session, args)
+		if err == nil && word(reply, 0) == "general" {
+			if req.Head.Lane == "" {
+				reply, err = s.run(ctx, "complete_event", req.Session, []string{itoa(now), cause.Consumer, itoa(cause.Index), itoa(cause.Attempt)})
+				break
+			}
+			reply, err = s.runIndexed(ctx, "complete_many", req.Session, args)
+		}
 		if err == nil && word(reply, 0) == "ok" {
 			reply = reply[1:]
 		}
@@ -574,7 +602,7 @@ func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsReques
 	if len(req.Attempts) == 0 {
 		return []CompleteResult{}, nil
 	}
-	reply, err := s.runIndexed(ctx, "complete_many", req.Session, args)
+	reply, err := s.completeRun(ctx, req.Session, args)
 	if err != nil {
 		return nil, err
 	}

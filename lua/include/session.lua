@@ -118,13 +118,6 @@ local function chunk_key(idx)
   end
   return key
 end
--- Every write to a chunk also sets its pin field, CHUNK_PIN (a name that is
--- no row's) to CHUNK_PIN_VALUE: a value longer than Redis's default
--- hash-max-listpack-value (64 bytes) keeps the hash in hashtable encoding.
--- A chunk holds hundreds of fields, and in a listpack every field read or
--- written is a scan of the whole hash.
-local CHUNK_PIN = '~'
-local CHUNK_PIN_VALUE = 'hashtable-encoding-pin-hashtable-encoding-pin-hashtable-encoding-pin'
 
 -- "<idx>:<row>:", the prefix of a head row's fields.
 local function row_prefix(idx, row)
@@ -275,6 +268,7 @@ local function commit()
   sliced('MSET', nil, strings)
   for _, key in ipairs(hset_order) do
     local fields = hsets[key]
+    -- Every write to a chunk sets its pin (see util).
     if is_chunk[key] then
       fields[#fields + 1] = CHUNK_PIN
       fields[#fields + 1] = CHUNK_PIN_VALUE

@@ -11,6 +11,13 @@ local CHUNK = 1000
 -- 1 … HELD-1 are exactly the heads free to claim, and the held ones sort by
 -- when they free up.
 local HELD = 1125899906842624
+-- Every write to a heads chunk also sets its pin field, CHUNK_PIN (a name
+-- that is no row's), to CHUNK_PIN_VALUE (keys.ChunkPin, keys.ChunkPinValue):
+-- a value longer than Redis's default hash-max-listpack-value (64 bytes)
+-- keeps the hash in hashtable encoding. A chunk holds hundreds of fields,
+-- and in a listpack every field read or written is a scan of the whole hash.
+local CHUNK_PIN = '~'
+local CHUNK_PIN_VALUE = 'hashtable-encoding-pin-hashtable-encoding-pin-hashtable-encoding-pin'
 
 -- Integers as decimal text. tostring() and `..` format numbers with %.14g on
 -- Redis, which turns large integers into exponent notation.
