@@ -26,10 +26,12 @@
 //	                                 id type payload created_at cause
 //	id:<event id>        string      index of the event with that id in the
 //	                                 current lifetime (deduplication)
-//	ids:<nonce>          string      "<first index>:<count>" of a batch whose
-//	                                 ids the store generated: <nonce> (24 hex
-//	                                 digits) + position (8 hex digits); such ids
-//	                                 have no id: key of their own
+//	ids:<nonce>          string      "<first index>:<count>" of a batch of two
+//	                                 or more whose ids the store generated:
+//	                                 <nonce> (24 hex digits) + position (8 hex
+//	                                 digits); such ids have no id: key of their
+//	                                 own (a generated batch of one has its id:
+//	                                 key instead)
 //	heads:<chunk>        hash        head-row columns of the indexes of one chunk
 //	                                 (see HeadChunk, RowField and the Col* constants)
 //	cursors              hash        lane and log cursor records, fields keyed by

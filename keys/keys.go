@@ -115,11 +115,12 @@ func (s Session) Log() string { return s.base + "log" }
 // id form the last segment of the key.
 func (s Session) ID(eventID string) string { return s.base + "id:" + eventID }
 
-// IDBlock is the key recording a batch whose ids the store generated:
-// every id of such a batch is nonce followed by the event's position in the
-// batch as 8 lower-case hex digits, and the key holds "<first index>:<count>".
-// An id of that shape is owned by its own ID key when there is one, else by
-// its block.
+// IDBlock is the key recording a batch of two or more events whose ids the
+// store generated: every id of such a batch is nonce followed by the
+// event's position in the batch as 8 lower-case hex digits, and the key
+// holds "<first index>:<count>" (a generated batch of one has its ID key
+// instead). An id of that shape is owned by its own ID key when there is
+// one, else by its block.
 func (s Session) IDBlock(nonce string) string { return s.base + "ids:" + nonce }
 
 // Heads is the hash key holding the head rows of the indexes of one chunk

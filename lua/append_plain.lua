@@ -12,8 +12,9 @@
 -- A batch sent with a nonce (24 lower-case hex digits) has no ids of its
 -- own: its events get '<nonce><position>', position as 8 hex digits from 0,
 -- and the batch one id block, ids:<nonce> = '<first index>:<count>',
--- instead of an id key per event. Any 32-hex-digit id is looked up in both
--- places (the layout of include/session's block_of, written out here).
+-- instead of an id key per event (a batch of one: its id key, as usual).
+-- Any 32-hex-digit id is looked up in both places (the layout of
+-- include/session's block_of, written out here).
 --
 -- KEYS[1]  the session counter; every other key is derived from it.
 -- ARGV[1]  now, epoch milliseconds from the store's clock
@@ -50,7 +51,9 @@ for b = 1, k do
   local n, nonce, targeted = tonumber(ARGV[at]), ARGV[at + 2], ARGV[at + 3] == '1'
   at = at + 4
   if nonce ~= '' then
-    keys[#keys + 1] = session .. 'ids:' .. nonce
+    -- A batch of one is recorded under its event's id key, as any id is
+    -- (an id block costs a key all the same, and its value more).
+    keys[#keys + 1] = n == 1 and (session .. 'id:' .. nonce .. '00000000') or (session .. 'ids:' .. nonce)
     at_block[-b] = #keys
   end
   for _ = 1, n do
@@ -128,7 +131,8 @@ for b = 1, k do
     local record = (written and written[key]) or values[at_block[-b]]
     if record then
       local first, count = string.match(record, '^(%d+):(%d+)$')
-      if first and tonumber(first) >= boundary then
+      if not first then first, count = record, 1 end
+      if tonumber(first) >= boundary then
         found, first_found = math.min(n, tonumber(count)), tonumber(first)
       end
     end
@@ -209,11 +213,14 @@ for b = 1, k do
       end
     end
     if nonce ~= '' then
-      local record = string.format('%d:%d', total + 1, n)
+      local record = n == 1 and string.format('%d', total + 1) or string.format('%d:%d', total + 1, n)
       w = w + 2
       writes[w - 1] = keys[at_block[-b]]
       writes[w] = record
-      if written then written[keys[at_block[-b]]] = record end
+      if written then
+        written[keys[at_block[-b]]] = record
+        if n == 1 then written[nonce .. '00000000'] = record end
+      end
     end
     total = total + n
   end

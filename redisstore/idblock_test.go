@@ -43,11 +43,21 @@ func TestGeneratedIDsShareOneBlock(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, "generated ids have no id key of their own")
 
-		// Another batch gets another nonce.
+		// Another batch gets another nonce; a batch of one is recorded
+		// under its id key, as any id.
 		more, err := e.store.Append(e.ctx, "s", []a2redis.Event{ev("t", `2`)}, redisstore.AppendOptions{})
 		require.NoError(t, err)
 		assert.NotEqual(t, nonce, more.Events[0].ID[:24])
 		assert.Equal(t, int64(21), more.Events[0].Index)
+		one, err := e.client.Do(e.ctx, e.client.B().Get().Key(k.ID(more.Events[0].ID)).Build()).ToString()
+		require.NoError(t, err)
+		assert.Equal(t, "21", one)
+		n, err = e.client.Do(e.ctx, e.client.B().Exists().Key(k.IDBlock(more.Events[0].ID[:24])).Build()).AsInt64()
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		again, err := e.store.Append(e.ctx, "s", []a2redis.Event{{ID: more.Events[0].ID, Type: "t"}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		assert.True(t, again.Replayed)
 	})
 }
 
