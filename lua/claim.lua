@@ -6,7 +6,8 @@
 -- in the runnable set and held ones HELD + when they free up, so a claim
 -- finds both by score and never scans the heads others hold. A head whose claim lapsed
 -- counts a failure when taken over, and dead-letters without running once
--- failures reach max_failures.
+-- failures reach max_failures. The store tries claim_fast first, which
+-- handles the common case and hands the rest here with nothing written.
 --
 -- KEYS[1]  the session counter
 -- ARGV[1]  holder

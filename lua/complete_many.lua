@@ -4,6 +4,8 @@
 -- complete fences one; the call as a whole is atomic: a head with no event,
 -- a completion that had returned events, or a type index that must reach
 -- further back first ends it before anything is written.
+-- The store tries complete_fast first, which handles the common case
+-- and hands the rest here with nothing written.
 --
 -- KEYS[1]  the session counter
 -- ARGV[1]  now, epoch milliseconds
