@@ -44,7 +44,7 @@ end
 -- heads in it and their attempt fields. The row is '<n>:<consumer>#' for
 -- an event head, the cursor id for a lane head, and the lane's row ('L'
 -- for 'G') for a log head.
-local chunk_keys, consumers, kinds, indexes, prefixes, chunks, order = {}, {}, {}, {}, {}, {}, {}
+local consumers, kinds, indexes, prefixes, chunks, order = {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local cid, idx = page[2 * i - 1], page[2 * i]
   if tonumber(idx) > total then return { 'general' } end
@@ -61,29 +61,21 @@ for i = 1, n do
     kinds[i] = string.sub(cid, colon + size + 1)
   end
   prefixes[i] = idx .. ':' .. row .. ':'
-  local number = math.floor((tonumber(idx) - 1) / CHUNK)
-  local key = chunk_keys[number]
-  if not key then
-    key = session .. 'heads:' .. int(number)
-    chunk_keys[number] = key
-    chunks[key] = { heads = {}, names = {} }
-    order[#order + 1] = key
-  end
-  local chunk = chunks[key]
-  chunk.heads[#chunk.heads + 1] = i
+  local chunk = chunk_group(session, chunks, order, tonumber(idx))
+  chunk.members[#chunk.members + 1] = i
   chunk.names[#chunk.names + 1] = prefixes[i] .. 'd'
 end
 -- A head claimed before (it has an attempt) is the general path's.
-for _, key in ipairs(order) do
-  for _, attempt in ipairs(redis.call('HMGET', key, unpack(chunks[key].names))) do
+for _, chunk in ipairs(order) do
+  for _, attempt in ipairs(redis.call('HMGET', chunk.key, unpack(chunk.names))) do
     if attempt then return { 'general' } end
   end
 end
 
 local stamp = ARGV[2]
-for _, key in ipairs(order) do
+for _, chunk in ipairs(order) do
   local fields = {}
-  for _, i in ipairs(chunks[key].heads) do
+  for _, i in ipairs(chunk.members) do
     local prefix, w = prefixes[i], #fields
     fields[w + 1], fields[w + 2] = prefix .. 'd', '1'
     fields[w + 3], fields[w + 4] = prefix .. 'l', kinds[i]
@@ -94,7 +86,7 @@ for _, key in ipairs(order) do
   end
   fields[#fields + 1] = CHUNK_PIN
   fields[#fields + 1] = CHUNK_PIN_VALUE
-  sliced('HSET', key, fields)
+  sliced('HSET', chunk.key, fields)
 end
 local held, scores = int(HELD + tonumber(expires_at)), {}
 for i = 1, n do

@@ -26,7 +26,7 @@ local now, k = ARGV[1], tonumber(ARGV[3])
 -- for a lane head) and row prefix; per chunk, its attempts and the fields
 -- to read.
 local COLUMNS = { 'd', 'p', 'ch', 'f', 'l', 'pins', 'a', 'lfa', 'next' }
-local chunk_keys, rows, prefixes, chunks, order, lanes = {}, {}, {}, {}, {}, {}
+local rows, prefixes, chunks, order, lanes = {}, {}, {}, {}, {}
 for j = 1, k do
   local o = 3 + (j - 1) * 4
   local consumer, tag = ARGV[o + 1], ARGV[o + 2]
@@ -38,26 +38,17 @@ for j = 1, k do
     lanes[rows[j]] = true
   end
   prefixes[j] = ARGV[o + 3] .. ':' .. rows[j] .. ':'
-  local number = math.floor((idx - 1) / CHUNK)
-  local key = chunk_keys[number]
-  if not key then
-    key = session .. 'heads:' .. int(number)
-    chunk_keys[number] = key
-    chunks[key] = { attempts = {}, names = {} }
-    order[#order + 1] = key
-  end
-  local chunk = chunks[key]
-  chunk.attempts[#chunk.attempts + 1] = j
+  local chunk = chunk_group(session, chunks, order, idx)
+  chunk.members[#chunk.members + 1] = j
   for _, column in ipairs(COLUMNS) do chunk.names[#chunk.names + 1] = prefixes[j] .. column end
 end
 
 -- The fences, as complete_many's: the attempt, a live claim, not dead-
 -- lettered, the row's kind the request's.
 local outcomes, nexts, done = { 'ok' }, {}, 0
-for _, key in ipairs(order) do
-  local chunk = chunks[key]
-  local values = redis.call('HMGET', key, unpack(chunk.names))
-  for n, j in ipairs(chunk.attempts) do
+for _, chunk in ipairs(order) do
+  local values = redis.call('HMGET', chunk.key, unpack(chunk.names))
+  for n, j in ipairs(chunk.members) do
     local at = (n - 1) * #COLUMNS
     local d, p, ch, f, l = values[at + 1], values[at + 2], values[at + 3], values[at + 4], values[at + 5]
     if p or values[at + 6] or values[at + 7] or values[at + 8] then return { 'general' } end
@@ -78,9 +69,9 @@ if done == 0 then return outcomes end
 -- Each head row keeps its completion record (and a lane row its kind); an
 -- event cursor ends; a lane cursor moves to its next head, or goes idle.
 local removed, moved, records, idle = {}, {}, {}, 0
-for _, key in ipairs(order) do
+for _, chunk in ipairs(order) do
   local sets, drops = {}, {}
-  for _, j in ipairs(chunks[key].attempts) do
+  for _, j in ipairs(chunk.members) do
     if outcomes[j + 1] == 'ok' then
       local prefix, o = prefixes[j], 3 + (j - 1) * 4
       sets[#sets + 1] = prefix .. 'p'
@@ -116,8 +107,8 @@ for _, key in ipairs(order) do
   if #sets > 0 then
     sets[#sets + 1] = CHUNK_PIN
     sets[#sets + 1] = CHUNK_PIN_VALUE
-    sliced('HSET', key, sets)
-    sliced('HDEL', key, drops)
+    sliced('HSET', chunk.key, sets)
+    sliced('HDEL', chunk.key, drops)
   end
 end
 sliced('HSET', session .. 'cursors', records)

@@ -43,3 +43,17 @@ local function sliced(command, key, args)
   end
   return results
 end
+
+-- The group of index idx's heads chunk in `groups` (by chunk number), made
+-- and appended to `order` the first time: { key, members = {}, names = {} }.
+-- The flat scripts gather their rows' fields per chunk with it.
+local function chunk_group(session, groups, order, idx)
+  local number = math.floor((idx - 1) / CHUNK)
+  local group = groups[number]
+  if not group then
+    group = { key = session .. 'heads:' .. int(number), members = {}, names = {} }
+    groups[number] = group
+    order[#order + 1] = group
+  end
+  return group
+end
