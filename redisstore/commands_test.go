@@ -153,4 +153,23 @@ func TestCommandsPerOperation(t *testing.T) {
 	t.Logf("append + claim of 16 + CompleteAttempts of 16, per event: %.2f commands: %s", total, list)
 	assert.LessOrEqual(t, total, 15.0)
 	assert.Equal(t, float64(events+2*events/16), float64(stats["evalsha"]), "one script per append, one per claim, one per 16 completions")
+
+	// A log consumer's head: one claim and one completion script, whether
+	// the completion names the served log or only follows a claim (the
+	// flat complete_fast never takes log heads; it is not tried on them).
+	served := []a2redis.Consumer{{Name: "audit", Log: &a2redis.LogSpec{Lane: "log"}}}
+	_, err = s.Append(ctx, "logged", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{Consumers: served})
+	require.NoError(t, err)
+	for _, consumers := range [][]a2redis.Consumer{served, nil} {
+		_, err := s.Append(ctx, "logged", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{Consumers: served})
+		require.NoError(t, err)
+		cl, err := s.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: "logged", Holder: "w", TTL: time.Minute, Consumers: served, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, cl.Heads, 1)
+		resetStats(ctx, t, c)
+		r, err := s.CompleteAttempt(ctx, redisstore.CompleteRequest{Session: "logged", Head: cl.Heads[0].Ref(), Attempt: cl.Heads[0].Attempts, Consumers: consumers})
+		require.NoError(t, err)
+		require.Equal(t, redisstore.Completed, r.Outcome)
+		assert.Equal(t, int64(1), commandStats(ctx, t, c)["evalsha"], "one script for a log head's completion (served %v)", consumers)
+	}
 }

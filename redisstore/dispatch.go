@@ -140,6 +140,8 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 	if err != nil || r.Outcome != Claimed {
 		return r, err
 	}
+	s.noteLogCursors(r.Heads)
+	s.noteLogCursors(r.DeadLettered)
 	return r, s.claimedEvents(ctx, req.Session, &r)
 }
 
@@ -156,15 +158,52 @@ func (s *Store) claimRun(ctx context.Context, session string, args []string, ope
 	return s.run(ctx, "claim", session, args)
 }
 
-// completeRun runs complete_many's arguments: first the flat complete_fast,
-// which handles event and lane heads claimed and never failed or pinned,
-// and hands the rest to complete_many with nothing written.
-func (s *Store) completeRun(ctx context.Context, session string, args []string) ([]rueidis.RedisMessage, error) {
-	reply, err := s.run(ctx, "complete_fast", session, args)
-	if err != nil || word(reply, 0) != "general" {
-		return reply, err
+// completeRun runs complete_many's arguments: first, when fast, the flat
+// complete_fast, which handles event and lane heads claimed and never
+// failed or pinned and hands the rest to complete_many with nothing
+// written.
+func (s *Store) completeRun(ctx context.Context, session string, args []string, fast bool) ([]rueidis.RedisMessage, error) {
+	if fast {
+		reply, err := s.run(ctx, "complete_fast", session, args)
+		if err != nil || word(reply, 0) != "general" {
+			return reply, err
+		}
 	}
 	return s.runIndexed(ctx, "complete_many", session, args)
+}
+
+// completesFast reports whether complete_fast may complete these heads:
+// not when one of them is a log cursor's head (complete_fast would only
+// hand it on, a script call spent for nothing). A consumer never uses one
+// lane both as a target lane and as its log (LogSpec.Lane), so a served
+// log spec, or a log head an earlier claim returned, tells.
+func (s *Store) completesFast(consumers []a2redis.Consumer, refs []a2redis.HeadRef) bool {
+	for _, r := range refs {
+		if r.Lane == "" {
+			continue
+		}
+		if _, ok := s.logCursors.Load(logCursorKey(r.Consumer, r.Lane)); ok {
+			return false
+		}
+		for _, c := range consumers {
+			if c.Log != nil && c.Name == r.Consumer && c.Log.Lane == r.Lane {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func logCursorKey(consumer, lane string) string { return consumer + "\x00" + lane }
+
+// noteLogCursors remembers the log cursors among claimed heads (see
+// completesFast).
+func (s *Store) noteLogCursors(heads []a2redis.HeadEvent) {
+	for _, h := range heads {
+		if h.Kind == a2redis.LogCursor {
+			s.logCursors.LoadOrStore(logCursorKey(h.Consumer, h.Lane), struct{}{})
+		}
+	}
 }
 
 // claimResult decodes a claim's reply; a head claimed for the first time
@@ -471,13 +510,12 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 		// event head and complete_many (a fraction of complete's cost) for
 		// a lane or log head. { 'ok', outcome } becomes { outcome }.
 		args := []string{itoa(now), served, "1", cause.Consumer, tagOf(cause.Lane), itoa(cause.Index), itoa(cause.Attempt)}
-		reply, err = s.run(ctx, "complete_fast", req.Session, args)
-		if err == nil && word(reply, 0) == "general" {
-			if req.Head.Lane == "" {
-				reply, err = s.run(ctx, "complete_event", req.Session, []string{itoa(now), cause.Consumer, itoa(cause.Index), itoa(cause.Attempt)})
-				break
-			}
-			reply, err = s.runIndexed(ctx, "complete_many", req.Session, args)
+		if req.Head.Lane != "" {
+			reply, err = s.completeRun(ctx, req.Session, args, s.completesFast(req.Consumers, []a2redis.HeadRef{req.Head}))
+		} else if reply, err = s.run(ctx, "complete_fast", req.Session, args); err == nil && word(reply, 0) == "general" {
+			// complete_event replies { outcome, ... } itself.
+			reply, err = s.run(ctx, "complete_event", req.Session, []string{itoa(now), cause.Consumer, itoa(cause.Index), itoa(cause.Attempt)})
+			break
 		}
 		if err == nil && word(reply, 0) == "ok" {
 			reply = reply[1:]
@@ -602,7 +640,11 @@ func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsReques
 	if len(req.Attempts) == 0 {
 		return []CompleteResult{}, nil
 	}
-	reply, err := s.completeRun(ctx, req.Session, args)
+	refs := make([]a2redis.HeadRef, len(req.Attempts))
+	for i, a := range req.Attempts {
+		refs[i] = a.Head
+	}
+	reply, err := s.completeRun(ctx, req.Session, args, s.completesFast(req.Consumers, refs))
 	if err != nil {
 		return nil, err
 	}

@@ -101,6 +101,9 @@ type Store struct {
 	// blockIDs: ids are generated per batch (nonce + position), not by
 	// cfg.IDs.
 	blockIDs bool
+	// logCursors holds "<consumer>\x00<lane>" of the log cursors claims
+	// returned heads of (see completesFast).
+	logCursors sync.Map
 
 	coalesce coalescer
 }
