@@ -96,6 +96,10 @@ type LayoutError struct {
 
 // Error implements error.
 func (e *LayoutError) Error() string {
+	if e.Found == "tagged-1" {
+		return fmt.Sprintf("a2redis: key prefix %q holds layout %q, written by the a2 TypeScript package (0.22) or an early build of this module, whose keys this release reads differently (id blocks, chunk pins, compact rows, the ready index): point the store at a fresh prefix (this release writes %q)",
+			e.Prefix, e.Found, e.Want)
+	}
 	return fmt.Sprintf("a2redis: key prefix %q holds layout %q, but this release writes %q: point the store at a fresh prefix",
 		e.Prefix, e.Found, e.Want)
 }

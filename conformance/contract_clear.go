@@ -183,9 +183,9 @@ func init() {
 		k := keys.For(e.prefix, "s")
 		for _, key := range e.allSessionKeys("s") {
 			switch key {
-			case k.Log(), k.Clear(), k.Presence(), k.Cursors():
+			case k.Log(), k.Clear(), k.Presence(), k.Cursors(), k.Listed():
 			default:
-				e.fatalf("a collapsed lifetime keeps only its marker (log, clear), log cursor records and presence; found %q", key)
+				e.fatalf("a collapsed lifetime keeps only its marker (log, clear), log cursor records, presence and its ready-index record; found %q", key)
 			}
 		}
 		e.checkLifetimeKeys("s")
@@ -225,7 +225,7 @@ func (e *env) checkLifetimeKeys(session string) {
 		ids[ev.ID] = true
 	}
 	singles := map[string]bool{}
-	for _, key := range []string{k.Count(), k.Clear(), k.Log(), k.Cursors(), k.Runnable(), k.Typed(), k.Pins(), k.SnapReducers(), k.Presence(), k.Live()} {
+	for _, key := range []string{k.Count(), k.Clear(), k.Log(), k.Cursors(), k.Runnable(), k.Typed(), k.Pins(), k.SnapReducers(), k.Presence(), k.Live(), k.Listed()} {
 		singles[key] = true
 	}
 	below := "(" + itoa(b.ClearIndex)

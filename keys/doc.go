@@ -2,7 +2,7 @@
 // event log. It is the only place in the module that formats a key name; the
 // functions are pure and touch no Redis connection.
 //
-// # Layout "tagged-1"
+// # Layout "a2redis-1"
 //
 // Every key of a session has the form
 //

@@ -10,7 +10,11 @@ import (
 
 // Layout is the layout name this package writes; it is stored under
 // [Schema] of the prefix.
-const Layout = "tagged-1"
+const Layout = "a2redis-1"
+
+// SeedLayout is the layout of the TypeScript seed package (a2 0.22) and of
+// early builds of this module; a prefix holding it is refused.
+const SeedLayout = "tagged-1"
 
 // ErrBadPrefix is wrapped by the error [ValidatePrefix] returns for a prefix
 // that cannot be used.

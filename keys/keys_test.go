@@ -90,8 +90,8 @@ func TestSessionKeys(t *testing.T) {
 			t.Errorf("case %d: got %q, want %q", i, tt.got, tt.want)
 		}
 	}
-	if Layout != "tagged-1" {
-		t.Errorf("Layout = %q", Layout)
+	if Layout != "a2redis-1" || SeedLayout != "tagged-1" {
+		t.Errorf("Layout = %q, SeedLayout = %q", Layout, SeedLayout)
 	}
 }
 

@@ -60,4 +60,4 @@ index_batch(batch)
 enqueue(batch)
 flush_states()
 commit()
-return { 'ok', int(base + 1), has_pending() }
+return with_ready({ 'ok', int(base + 1), has_pending() }, now)

@@ -1,3 +1,4 @@
+--@include util
 -- append_plain: appends one or more batches that carry no cursor state to
 -- one session: no event has a cause or a lane target, and no served
 -- consumer declares a log. Events may target event cursors (each target is a
@@ -38,13 +39,14 @@ local session = string.sub(counter, 1, -6)
 local k = tonumber(ARGV[3])
 
 -- The layout of the call, and one MGET (in slices of 1000 keys) for the
--- counter, the clear marker, the typed registry, the live count, each
+-- counter, the clear marker, the typed registry, the live count, the
+-- ready-index record (listed), each
 -- nonce's id block, and each explicit id's key (and block, for an id of the
 -- generated shape). starts[b] is where batch b's header starts; types[e]
 -- is where the e-th event of the call has its type (its id, if sent, is
 -- just before); at_key[e] is the MGET position of its id key and
 -- at_block[e] of its block; at_block[-b] is that of batch b's nonce block.
-local keys = { counter, session .. 'clear', session .. 'typed', session .. 'live' }
+local keys = { counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'listed' }
 local starts, types, at_key, at_block, at, e = {}, {}, {}, {}, 4, 0
 for b = 1, k do
   starts[b] = at
@@ -275,4 +277,6 @@ if pending == '0' and live > 0 then
   end
 end
 replies[1] = pending
+-- Targets made new heads: the ready index may have to learn of them.
+replies[#replies + 1] = heads and ready_mark(session, tonumber(ARGV[1]), false, values[5] or false, true, true) or READY_MARK
 return replies

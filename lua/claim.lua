@@ -224,4 +224,4 @@ end
 commit()
 reply[#reply + 1] = int(boundary)
 reply[#reply + 1] = int(total)
-return reply
+return with_ready(reply, now, true)

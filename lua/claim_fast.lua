@@ -20,7 +20,7 @@ if ARGV[5] ~= '' or ARGV[8] ~= '0' then return { 'general' } end
 local counter = KEYS[1]
 local session = string.sub(counter, 1, -6)
 local ready = session .. 'runnable'
-local bounds = redis.call('MGET', counter, session .. 'clear')
+local bounds = redis.call('MGET', counter, session .. 'clear', session .. 'listed')
 local boundary = tonumber(bounds[2] or '0')
 local total = tonumber(bounds[1] or bounds[2] or '0')
 local holder, now, expires_at = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -97,4 +97,5 @@ local reply = { 'claimed', int(n) }
 for i = 1, n do reply[2 + i] = { consumers[i], kinds[i], indexes[i] } end
 reply[n + 3] = int(boundary)
 reply[n + 4] = int(total)
+reply[n + 5] = ready_mark(session, now, true, bounds[3], false, false)
 return reply

@@ -46,4 +46,4 @@ redis.call('XADD', LOG, idx .. '-0',
   'created_at', ARGV[1], 'cause', '')
 redis.call('UNLINK', READY, LIVE)
 redis.call('MSET', id_key(ARGV[7]), idx, COUNTER, idx, CLEAR, idx)
-return { 'ok', '1', idx, idx, '1' }
+return { 'ok', '1', idx, idx, '1', ready_mark(SESSION, tonumber(ARGV[1]), false, listed_value, false, false) }

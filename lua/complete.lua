@@ -95,4 +95,4 @@ enqueue(batch)
 if n > 0 then mark(COUNTER, int(total + n)) end
 flush_states()
 commit()
-return { 'ok', int(total + 1) }
+return with_ready({ 'ok', int(total + 1) }, now)

@@ -41,4 +41,4 @@ for _, column in ipairs(spent) do drop_row(idx, at, column) end
 release_pins(idx, at, row[7])
 drop_row(idx, at, 'pins')
 commit()
-return { 'ok', int(total + 1) }
+return with_ready({ 'ok', int(total + 1) }, ARGV[1])

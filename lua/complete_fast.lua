@@ -16,7 +16,7 @@
 -- { 'general' }.
 local counter = KEYS[1]
 local session = string.sub(counter, 1, -6)
-local bounds = redis.call('MGET', counter, session .. 'clear', session .. 'live')
+local bounds = redis.call('MGET', counter, session .. 'clear', session .. 'live', session .. 'listed')
 local boundary = tonumber(bounds[2] or '0')
 local total = tonumber(bounds[1] or bounds[2] or '0')
 local live = tonumber(bounds[3] or '0')
@@ -115,4 +115,5 @@ sliced('HSET', session .. 'cursors', records)
 sliced('ZADD', session .. 'runnable', moved)
 sliced('ZREM', session .. 'runnable', removed)
 if idle > 0 then redis.call('SET', session .. 'live', int(live - idle)) end
+outcomes[#outcomes + 1] = ready_mark(session, tonumber(now), false, bounds[4], true, #moved > 0)
 return outcomes

@@ -95,4 +95,4 @@ for j, item in ipairs(items) do
 end
 flush_states()
 commit()
-return outcomes
+return with_ready(outcomes, now)

@@ -52,4 +52,4 @@ else
   ready_set(cid, idx, 0)
 end
 commit()
-return { dead and 'dead_lettered' or 'failed', int(failures) }
+return with_ready({ dead and 'dead_lettered' or 'failed', int(failures) }, ARGV[7])

@@ -42,4 +42,4 @@ else
   ready_set(cid, idx, 1)
 end
 commit()
-return reply('1')
+return with_ready(reply('1'), ARGV[4])

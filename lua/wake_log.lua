@@ -12,6 +12,7 @@
 -- ARGV[2]  the log's lane
 -- ARGV[3]  types: '*' for every type, else a JSON list
 -- ARGV[4]  backfill: '1' or '0'
+-- ARGV[5]  now, epoch milliseconds
 --
 -- Replies:
 --   { 'ok', position, head or nil, columns (d fc lc ch ce a lf lfa e f), session head }
@@ -56,4 +57,4 @@ elseif state.h then
 end
 flush_states()
 commit()
-return { 'ok', int(state.p), state.h and int(state.h) or false, columns, int(total) }
+return with_ready({ 'ok', int(state.p), state.h and int(state.h) or false, columns, int(total) }, ARGV[5])

@@ -879,7 +879,7 @@ func (s *Store) WakeLog(ctx context.Context, session string, consumer a2redis.Co
 	if consumer.Log.Backfill {
 		backfill = "1"
 	}
-	reply, err := s.runIndexed(ctx, "wake_log", session, []string{consumer.Name, consumer.Log.Lane, types, backfill})
+	reply, err := s.runIndexed(ctx, "wake_log", session, []string{consumer.Name, consumer.Log.Lane, types, backfill, itoa(s.now())})
 	if err != nil {
 		return WakeLogResult{}, err
 	}

@@ -88,6 +88,23 @@ type Config struct {
 	// and written on its own: the same results, fewer script calls and
 	// wake-ups on a busy session.
 	NoCoalescing bool
+	// Consumers declares the deployment's consumers: every Append,
+	// CompleteAttempt, Redrive, claim and ClaimNext that does not name its
+	// own Consumers uses these (so an Append starts every declared typed
+	// log cursor its events concern), and a claim, renewal or redrive
+	// naming a consumer not declared here is an ErrInvalidArgument. Default
+	// none: calls without Consumers serve every consumer, and log cursors
+	// start only from calls that name them.
+	Consumers []a2redis.Consumer
+	// ReadyShards is how many shards the prefix's ready index has (each
+	// its own hash tag, so they spread over a cluster's nodes). Every store
+	// on a prefix must use the same number: the first store records it and
+	// New refuses another. Default keys.DefaultReadyShards (8).
+	ReadyShards int
+	// ReadyWait bounds how long a write waits for its ready-index update
+	// after the script committed; an update that fails or times out never
+	// fails the write (RepairReady restores it). Default 1s.
+	ReadyWait time.Duration
 }
 
 // Store is an a2redis store on one key prefix. It is safe for concurrent
@@ -106,6 +123,7 @@ type Store struct {
 	logCursors sync.Map
 
 	coalesce coalescer
+	skips    skipCache
 }
 
 // New returns a store on client. It claims the prefix's layout (a prefix
@@ -145,6 +163,21 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 	if cfg.ClaimLimit < 0 {
 		return nil, a2redis.Invalid("Config.ClaimLimit", "is negative")
 	}
+	if cfg.ReadyShards == 0 {
+		cfg.ReadyShards = keys.DefaultReadyShards
+	}
+	if cfg.ReadyShards < 0 || cfg.ReadyShards > 1024 {
+		return nil, a2redis.Invalid("Config.ReadyShards", "must be in [1, 1024] (got %d)", cfg.ReadyShards)
+	}
+	if cfg.ReadyWait == 0 {
+		cfg.ReadyWait = DefaultReadyWait
+	}
+	if cfg.ReadyWait < 0 {
+		return nil, a2redis.Invalid("Config.ReadyWait", "is negative")
+	}
+	if _, err := servedArg(cfg.Consumers); err != nil {
+		return nil, fmt.Errorf("Config.Consumers: %w", err)
+	}
 	s := &Store{client: client, cfg: cfg, schema: keys.Schema(cfg.Prefix), blockIDs: blockIDs}
 	switch cfg.KeyLocking {
 	case KeyLockingOn:
@@ -156,6 +189,9 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 		return nil, a2redis.Invalid("Config.KeyLocking", "unknown mode %d", cfg.KeyLocking)
 	}
 	if err := s.claimLayout(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.claimReadyShards(ctx); err != nil {
 		return nil, err
 	}
 	// A transport error leaves the answer unknown; the next script asks.
@@ -257,6 +293,10 @@ func (s *Store) run(ctx context.Context, name, session string, args []string) ([
 		return nil, fmt.Errorf("%w: %s script replied %v", a2redis.ErrUnexpectedReply, name, msg)
 	}
 	values, _ := msg.ToArray()
+	values, mark := popReadyMark(values)
+	if mark != "" {
+		s.noteReady(ctx, session, mark)
+	}
 	return values, nil
 }
 

@@ -126,7 +126,7 @@ func TestCommands(t *testing.T) {
 
 	t.Run("info", func(t *testing.T) {
 		out := c.run(t, "", "info").ok(t)
-		assert.Contains(t, out, "layout       tagged-1 (supported)")
+		assert.Contains(t, out, "layout       a2redis-1 (supported)")
 		assert.Contains(t, out, "key locking  no: ")
 		assert.Contains(t, out, "mode         standalone")
 		nodes := parseTable(t, out[strings.Index(out, "NODE"):])

@@ -81,13 +81,13 @@ func TestOtherLayout(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	require.NoError(t, client.Do(t.Context(), client.B().Set().Key(keys.Schema(prefix)).Value("tagged-0").Build()).Error())
 	c := &cli{url: "redis://" + redistest.ServerAddr(t), prefix: prefix}
-	want := `a2redis-inspect: prefix "` + prefix + `" holds key layout "tagged-0", but this a2redis-inspect reads "tagged-1": use the a2redis-inspect of the a2redis release that wrote it, or check --prefix`
+	want := `a2redis-inspect: prefix "` + prefix + `" holds key layout "tagged-0", but this a2redis-inspect reads "a2redis-1": use the a2redis-inspect of the a2redis release that wrote it, or check --prefix`
 	for _, cmd := range [][]string{{"sessions"}, {"log", "s"}, {"cursors", "s"}, {"redrive", "s", "c", "1", "--retry", "--yes"}} {
 		assert.Equal(t, want, c.run(t, "", cmd...).failed(t, ExitError), "%v", cmd)
 	}
 	r := c.run(t, "", "info")
 	assert.Equal(t, want, r.failed(t, ExitError))
-	assert.Contains(t, r.stdout, `tagged-0 (NOT supported: this a2redis-inspect reads tagged-1)`, "info still shows what it found")
+	assert.Contains(t, r.stdout, `tagged-0 (NOT supported: this a2redis-inspect reads a2redis-1)`, "info still shows what it found")
 	found, err := client.Do(t.Context(), client.B().Get().Key(keys.Schema(prefix)).Build()).ToString()
 	require.NoError(t, err)
 	assert.Equal(t, "tagged-0", found)

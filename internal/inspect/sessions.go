@@ -300,7 +300,7 @@ func (a *app) nodeRole(ctx context.Context, c rueidis.Client) (string, error) {
 
 // logKeyShape returns what every log key under prefix has before and after
 // the contents of its session tag, derived from keys (which alone formats
-// keys): `<prefix>:{"` and `"}:log` in layout tagged-1.
+// keys): `<prefix>:{"` and `"}:log` in layout a2redis-1.
 func logKeyShape(prefix string) (head, tail string) {
 	x, y := keys.For(prefix, "a").Log(), keys.For(prefix, "b").Log()
 	i := 0

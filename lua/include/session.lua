@@ -16,6 +16,9 @@ local PINS, TYPED = SESSION .. 'pins', SESSION .. 'typed'
 -- registry { type = { from, last } }: the type's index holds every event of
 -- it above `from`, and no event of it lies above `last`.
 local total, boundary, live = 0, 0, 0
+-- The listed key's value as read_bounds read it (false: none; nil: not
+-- read), for ready_mark.
+local listed_value = nil
 local typed, typed_dirty, live_dirty = {}, false, false
 
 local function id_key(id) return SESSION .. 'id:' .. id end
@@ -40,7 +43,7 @@ end
 -- count, and the owners of `ids`. Returns, per id, the index it names in the
 -- current lifetime, or false (an id recorded below the clear is free again).
 local function read_bounds(ids)
-  local keys, blocks = { COUNTER, CLEAR, TYPED, LIVE }, {}
+  local keys, blocks = { COUNTER, CLEAR, TYPED, LIVE, SESSION .. 'listed' }, {}
   for i, id in ipairs(ids or {}) do
     keys[#keys + 1] = id_key(id)
     local nonce, p = block_of(id)
@@ -52,7 +55,8 @@ local function read_bounds(ids)
   boundary = tonumber(values[2] or '0')
   if values[3] then typed = cjson.decode(values[3]) end
   live = tonumber(values[4] or '0')
-  local owners, at = {}, 5
+  listed_value = values[5] or false
+  local owners, at = {}, 6
   for i = 1, #(ids or {}) do
     local owner = values[at]
     local block = blocks[i]
@@ -197,6 +201,9 @@ end
 local strings = {}
 local hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}
 local ready_changes, ready_order = {}, {}
+-- Set by commit() once the runnable set changed, and by ready_set once a
+-- head became free to claim (see with_ready).
+local ready_touched, added_free = false, false
 
 local function mark(key, value)
   strings[#strings + 1] = key
@@ -234,6 +241,7 @@ end
 local function ready_set(cid, score, delta)
   if ready_changes[cid] == nil then ready_order[#ready_order + 1] = cid end
   ready_changes[cid] = score
+  if score and score > 0 and score < HELD then added_free = true end
   if delta ~= 0 then
     live = live + delta
     live_dirty = true
@@ -276,6 +284,7 @@ local function commit()
     sliced('HSET', key, fields)
   end
   for _, key in ipairs(hdel_order) do sliced('HDEL', key, hdels[key]) end
+  if #ready_order > 0 then ready_touched = true end
   flush_scores(READY, ready_changes, ready_order)
   strings, hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}, {}
   ready_changes, ready_order, live_dirty, typed_dirty = {}, {}, false, false
@@ -295,4 +304,13 @@ local function release_pins(idx, row, pins)
     end
   end
   put_row(idx, row, 'pins', '')
+end
+
+-- The reply of a write, with the ready mark appended once the runnable set
+-- changed (util's ready_mark). `bump` for a claim, the one write here that
+-- makes free heads un-free. Call after commit().
+local function with_ready(reply, now, bump)
+  reply[#reply + 1] = ready_touched and
+    ready_mark(SESSION, tonumber(now), bump, listed_value, not bump, added_free) or READY_MARK
+  return reply
 end

@@ -57,3 +57,62 @@ local function chunk_group(session, groups, order, idx)
   end
   return group
 end
+
+-- The ready index (keys.Ready, one zset per shard, in other slots) lists
+-- every session with work and the time it has work from. A script cannot
+-- write it, so a write that changes a session's runnable set ends with
+-- ready_mark, which keeps the session's own record of what it told the
+-- index (the `listed` key: "<version>:<ready at>:<free>", ready at empty
+-- for no work, free '1' when a head was free to claim) and returns
+-- READY_MARK .. "<version>:<ready at>:<due>" when that changed (READY_MARK
+-- alone when not); the store pops it off the reply and sends the update to
+-- the session's shard. `due` is '1' when the session has work now and had
+-- none before: the shard announces it on its work channel.
+--
+-- The session has work from: with a free head, the time it got work (kept
+-- while it has free heads, so the oldest waiting sessions sort first) or
+-- now when `bump` is set (a claim that leaves free heads moves the session
+-- behind the others: round robin); else the earliest end of a claim or
+-- retry hold; else it has none.
+--
+-- `listed` is the listed key's value as the script read it (false: none;
+-- nil: read it here). `keeps_free`: the write made no free head un-free
+-- (every write but a claim and a clear); `added_free`: it made a head free.
+-- With those, a session that had a free head, or got one, needs no read of
+-- its runnable set.
+local READY_MARK = '\1R'
+local function ready_mark(session, now, bump, listed, keeps_free, added_free)
+  local key = session .. 'listed'
+  if listed == nil then listed = redis.call('GET', key) end
+  local version, was, free = 0, false, false
+  if listed then
+    local v, a, f = string.match(listed, '^(%d+):(%d*):?(%d?)$')
+    version, was, free = tonumber(v), tonumber(a) or false, f == '1'
+  end
+  local at, now_free
+  if keeps_free and free then
+    return READY_MARK
+  elseif keeps_free and added_free then
+    at, now_free = (was and was <= now) and was or now, true
+  else
+    local first = redis.call('ZRANGEBYSCORE', session .. 'runnable', '(0', '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+    at, now_free = false, false
+    if #first > 0 then
+      local score = tonumber(first[2])
+      if score >= HELD then
+        at = score - HELD
+      elseif bump or not was or was > now then
+        at, now_free = now, true
+      else
+        at, now_free = was, true
+      end
+    end
+  end
+  if at == was and now_free == free then return READY_MARK end
+  local text = at and int(at) or ''
+  if at ~= was then version = version + 1 end
+  redis.call('SET', key, int(version) .. ':' .. text .. ':' .. (now_free and '1' or '0'))
+  if at == was then return READY_MARK end
+  local due = at and at <= now and not (was and was <= now)
+  return READY_MARK .. int(version) .. ':' .. text .. ':' .. (due and '1' or '0')
+end
