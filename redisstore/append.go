@@ -58,7 +58,8 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 	if opts.OriginIndex < 0 {
 		return AppendResult{}, a2redis.Invalid("OriginIndex", "is negative (%d)", opts.OriginIndex)
 	}
-	served, err := servedArg(opts.Consumers)
+	consumers := s.served(opts.Consumers)
+	served, err := servedArg(consumers)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -77,7 +78,7 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 	if opts.OriginIndex > 0 {
 		origin = itoa(opts.OriginIndex)
 	}
-	if plainBatch(events, opts.Consumers) {
+	if plainBatch(events, consumers) {
 		call := &plainCall{ctx: ctx, batch: batch, origin: origin, nonce: nonce, heads: make([][]string, len(events))}
 		for i, e := range events {
 			for _, t := range e.Targets {

@@ -106,7 +106,11 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 	if limit < 0 {
 		return ClaimResult{}, a2redis.Invalid("Limit", "is negative (%d)", limit)
 	}
-	served, err := servedArg(req.Consumers)
+	consumers := s.served(req.Consumers)
+	if err := s.checkDeclaredConsumers("Consumers", req.Consumers); err != nil {
+		return ClaimResult{}, err
+	}
+	served, err := servedArg(consumers)
 	if err != nil {
 		return ClaimResult{}, err
 	}
@@ -381,11 +385,15 @@ type RenewResult struct {
 	// Superseded are claims a newer attempt took, or whose head the
 	// cursor moved past: stop working on them.
 	Superseded []a2redis.HeadRef
+	// Lapsed are the other claims: not held by this holder any more
+	// though no newer attempt took them (the lease ran out, or the claim
+	// was failed or released), or naming a head its cursor has not
+	// reached. Stop working on them too: any claim may take them over.
+	Lapsed []a2redis.HeadRef
 }
 
-// RenewClaims extends the holder's live claims. A head its cursor has not
-// reached holds nothing to renew and is in neither list; so is a claim that
-// lapsed without being taken over.
+// RenewClaims extends the holder's live claims. Every requested claim is
+// reported in exactly one of Renewed, Superseded and Lapsed.
 func (s *Store) RenewClaims(ctx context.Context, req RenewRequest) (RenewResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return RenewResult{}, err
@@ -399,11 +407,14 @@ func (s *Store) RenewClaims(ctx context.Context, req RenewRequest) (RenewResult,
 		return RenewResult{}, err
 	}
 	if len(req.Claims) == 0 {
-		return RenewResult{Renewed: []a2redis.HeadRef{}, Superseded: []a2redis.HeadRef{}}, nil
+		return RenewResult{Renewed: []a2redis.HeadRef{}, Superseded: []a2redis.HeadRef{}, Lapsed: []a2redis.HeadRef{}}, nil
 	}
 	args := []string{req.Holder, itoa(now), itoa(expires), itoa(int64(len(req.Claims)))}
 	for i, c := range req.Claims {
 		if err := checkCause(fmt.Sprintf("Claims[%d]", i), a2redis.Cause{Consumer: c.Consumer, Lane: c.Lane, Index: c.Index, Attempt: c.Attempt}); err != nil {
+			return RenewResult{}, err
+		}
+		if err := s.checkDeclared(fmt.Sprintf("Claims[%d].Consumer", i), c.Consumer); err != nil {
 			return RenewResult{}, err
 		}
 		args = append(args, c.Consumer, tagOf(c.Lane), itoa(c.Index), itoa(c.Attempt))
@@ -416,21 +427,29 @@ func (s *Store) RenewClaims(ctx context.Context, req RenewRequest) (RenewResult,
 	if err != nil || int(renewed)+1 > len(reply) {
 		return RenewResult{}, fmt.Errorf("%w: renew replied %v", a2redis.ErrUnexpectedReply, reply)
 	}
-	r := RenewResult{Renewed: []a2redis.HeadRef{}, Superseded: []a2redis.HeadRef{}}
+	r := RenewResult{Renewed: []a2redis.HeadRef{}, Superseded: []a2redis.HeadRef{}, Lapsed: []a2redis.HeadRef{}}
+	reported := make([]bool, len(req.Claims))
 	for i, m := range reply[1:] {
 		pos, err := asInt(m)
 		if err != nil || pos < 1 || int(pos) > len(req.Claims) {
 			return RenewResult{}, fmt.Errorf("%w: renew replied position %v", a2redis.ErrUnexpectedReply, m)
 		}
 		ref := req.Claims[pos-1].HeadRef
+		reported[pos-1] = true
 		if int64(i) < renewed {
 			r.Renewed = append(r.Renewed, ref)
 		} else {
 			r.Superseded = append(r.Superseded, ref)
 		}
 	}
+	for i, c := range req.Claims {
+		if !reported[i] {
+			r.Lapsed = append(r.Lapsed, c.HeadRef)
+		}
+	}
 	sortRefs(r.Renewed)
 	sortRefs(r.Superseded)
+	sortRefs(r.Lapsed)
 	return r, nil
 }
 
@@ -487,7 +506,8 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 	if err := checkCause("Head", cause); err != nil {
 		return CompleteResult{}, err
 	}
-	served, err := servedArg(req.Consumers)
+	consumers := s.served(req.Consumers)
+	served, err := servedArg(consumers)
 	if err != nil {
 		return CompleteResult{}, err
 	}
@@ -511,7 +531,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 		// a lane or log head. { 'ok', outcome } becomes { outcome }.
 		args := []string{itoa(now), served, "1", cause.Consumer, tagOf(cause.Lane), itoa(cause.Index), itoa(cause.Attempt)}
 		if req.Head.Lane != "" {
-			reply, err = s.completeRun(ctx, req.Session, args, s.completesFast(req.Consumers, []a2redis.HeadRef{req.Head}))
+			reply, err = s.completeRun(ctx, req.Session, args, s.completesFast(consumers, []a2redis.HeadRef{req.Head}))
 		} else if reply, err = s.run(ctx, "complete_fast", req.Session, args); err == nil && word(reply, 0) == "general" {
 			// complete_event replies { outcome, ... } itself.
 			reply, err = s.run(ctx, "complete_event", req.Session, []string{itoa(now), cause.Consumer, itoa(cause.Index), itoa(cause.Attempt)})
@@ -628,7 +648,8 @@ func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsReques
 	if err := check.Completions("Attempts", req.causes(), s.cfg.MaxBatch); err != nil {
 		return nil, err
 	}
-	served, err := servedArg(req.Consumers)
+	consumers := s.served(req.Consumers)
+	served, err := servedArg(consumers)
 	if err != nil {
 		return nil, err
 	}
@@ -644,7 +665,7 @@ func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsReques
 	for i, a := range req.Attempts {
 		refs[i] = a.Head
 	}
-	reply, err := s.completeRun(ctx, req.Session, args, s.completesFast(req.Consumers, refs))
+	reply, err := s.completeRun(ctx, req.Session, args, s.completesFast(consumers, refs))
 	if err != nil {
 		return nil, err
 	}
@@ -837,7 +858,10 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult,
 	if req.Action != Retry && req.Action != Skip {
 		return RedriveResult{}, a2redis.Invalid("Action", "must be %q or %q (got %q)", Retry, Skip, req.Action)
 	}
-	served, err := servedArg(req.Consumers)
+	if err := s.checkDeclared("Consumer", req.Consumer); err != nil {
+		return RedriveResult{}, err
+	}
+	served, err := servedArg(s.served(req.Consumers))
 	if err != nil {
 		return RedriveResult{}, err
 	}

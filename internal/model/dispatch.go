@@ -203,7 +203,7 @@ func (m *Store) RenewClaims(ctx context.Context, req redisstore.RenewRequest) (r
 	if err != nil {
 		return redisstore.RenewResult{}, err
 	}
-	r := redisstore.RenewResult{Renewed: []a2redis.HeadRef{}, Superseded: []a2redis.HeadRef{}}
+	r := redisstore.RenewResult{Renewed: []a2redis.HeadRef{}, Superseded: []a2redis.HeadRef{}, Lapsed: []a2redis.HeadRef{}}
 	if len(req.Claims) == 0 {
 		return r, nil
 	}
@@ -223,14 +223,16 @@ func (m *Store) RenewClaims(ctx context.Context, req redisstore.RenewRequest) (r
 		}
 		c := s.rowCursor(claim.Consumer, claim.Lane, claim.Index)
 		if c == nil {
-			continue // nothing there to renew
+			r.Lapsed = append(r.Lapsed, claim.HeadRef) // nothing there to renew
+			continue
 		}
 		if _, moved := c.passed[claim.Index]; moved {
 			r.Superseded = append(r.Superseded, claim.HeadRef)
 			continue
 		}
 		if c.head != claim.Index {
-			continue // not reached yet: holds no claim
+			r.Lapsed = append(r.Lapsed, claim.HeadRef) // not reached yet: holds no claim
+			continue
 		}
 		switch {
 		case c.d.attempts > claim.Attempt:
@@ -239,11 +241,14 @@ func (m *Store) RenewClaims(ctx context.Context, req redisstore.RenewRequest) (r
 			c.d.holder == req.Holder && c.d.expires > now:
 			c.d.expires = expires
 			r.Renewed = append(r.Renewed, claim.HeadRef)
+		default:
+			r.Lapsed = append(r.Lapsed, claim.HeadRef)
 		}
 	}
 	r.Superseded = append(early, r.Superseded...)
 	sortRefs(r.Renewed)
 	sortRefs(r.Superseded)
+	sortRefs(r.Lapsed)
 	return r, nil
 }
 
