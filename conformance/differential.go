@@ -225,6 +225,13 @@ func runOps(t *testing.T, tg Target, ops []op) result {
 			return result{ran: i + 1, failure: fmt.Sprintf("#%d %s\n%s", i+1, o, d), outcomes: outcomes}
 		}
 		outcomes[o.Kind+":"+outcome]++
+		// The ready index after every operation: a session is listed, due
+		// or held until t, exactly when the model says its earliest work is.
+		for _, s := range m.Sessions() {
+			if d, _ := compare(ctx, op{Kind: opReady, Session: s}, store, m); d != "" {
+				return result{ran: i + 1, failure: fmt.Sprintf("#%d %s\nthen the ready index for session %q:\n%s", i+1, o, s, d), outcomes: outcomes}
+			}
+		}
 		if (i+1)%100 == 0 {
 			if d := state(fmt.Sprintf("after operation %d, the", i+1)); d != "" {
 				return result{ran: i + 1, failure: d, outcomes: outcomes}
@@ -287,6 +294,17 @@ func outcomeOf(res any, err error) string {
 			return "superseded"
 		}
 		return "neither"
+	case []redisstore.ReleaseOutcome:
+		seen := map[string]bool{}
+		var words []string
+		for _, one := range r {
+			if w := string(one); !seen[w] {
+				seen[w] = true
+				words = append(words, w)
+			}
+		}
+		sort.Strings(words)
+		return "[" + strings.Join(words, "+") + "]"
 	case redisstore.RedriveResult:
 		return fmt.Sprintf("redriven=%v", r.Redriven)
 	case redisstore.ClearResult:

@@ -219,6 +219,9 @@ func (g *generator) next() op {
 	case p < 0.58:
 		return g.failOp()
 	case p < 0.62:
+		if g.chance(0.3) {
+			return g.releaseOp()
+		}
 		return g.renewOp()
 	case p < 0.70:
 		d := time.Duration(1+g.pick(90)) * time.Second
@@ -467,6 +470,27 @@ func (g *generator) failOp() op {
 		req.RetryAfter = time.Duration(1+g.pick(30)) * time.Second
 	}
 	return op{Kind: opFail, Fail: req}
+}
+
+func (g *generator) releaseOp() op {
+	s := g.session()
+	req := redisstore.ReleaseRequest{Session: s}
+	seen := map[a2redis.HeadRef]bool{}
+	for _, h := range g.held {
+		if h.Session == s && g.chance(0.5) && !seen[h.Ref()] {
+			seen[h.Ref()] = true
+			req.Attempts = append(req.Attempts, redisstore.Completion{Head: h.Ref(), Attempt: g.attempt(h)})
+		}
+	}
+	if g.chance(0.1) {
+		if ref := g.randomRef(s); !seen[ref] {
+			req.Attempts = append(req.Attempts, redisstore.Completion{Head: ref, Attempt: 1})
+		}
+	}
+	if g.chance(0.4) {
+		req.Delay = time.Duration(1+g.pick(30)) * time.Second
+	}
+	return op{Kind: opRelease, Release: req}
 }
 
 func (g *generator) renewOp() op {

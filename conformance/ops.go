@@ -37,6 +37,8 @@ type api interface {
 	PresenceSet(ctx context.Context, session string, w redisstore.PresenceWrite) ([]string, error)
 	PresenceRead(ctx context.Context, session string) ([]redisstore.PresenceEntry, error)
 	PresencePrune(ctx context.Context, session string, fields []redisstore.PresenceField) (int, error)
+	Release(ctx context.Context, req redisstore.ReleaseRequest) ([]redisstore.ReleaseOutcome, error)
+	ReadyAt(ctx context.Context, session string) (redisstore.ReadyState, error)
 }
 
 var (
@@ -67,6 +69,8 @@ const (
 	opPresenceSet   = "presence-set"
 	opPresenceRead  = "presence-read"
 	opPresencePrune = "presence-prune"
+	opRelease       = "release"
+	opReady         = "ready"
 	opAdvance       = "advance" // moves the shared clock; runs on neither side
 )
 
@@ -82,6 +86,7 @@ type op struct {
 	Complete redisstore.CompleteRequest
 	Many     redisstore.CompleteAttemptsRequest
 	Fail     redisstore.FailRequest
+	Release  redisstore.ReleaseRequest
 	Redrive  redisstore.RedriveRequest
 	Consumer a2redis.Consumer
 	ClearOpt redisstore.ClearOptions
@@ -140,6 +145,14 @@ func (o op) run(ctx context.Context, s api) (any, error) {
 		return s.PresenceRead(ctx, o.Session)
 	case opPresencePrune:
 		return s.PresencePrune(ctx, o.Session, o.Fields)
+	case opRelease:
+		return s.Release(ctx, o.Release)
+	case opReady:
+		r, err := s.ReadyAt(ctx, o.Session)
+		if r.Due {
+			r.At = time.Time{} // when it got work: the store's to keep, not the contract's
+		}
+		return r, err
 	}
 	return nil, fmt.Errorf("conformance: unknown op %q", o.Kind)
 }
@@ -229,6 +242,16 @@ func (o op) String() string {
 			fmt.Fprintf(&b, "%s#%d", refOf(a.Head), a.Attempt)
 		}
 		fmt.Fprintf(&b, "]%s", servedString(c.Consumers))
+	case opRelease:
+		r := o.Release
+		fmt.Fprintf(&b, "%s delay=%v [", sessionOf(r.Session), r.Delay)
+		for i, a := range r.Attempts {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s#%d", refOf(a.Head), a.Attempt)
+		}
+		b.WriteByte(']')
 	case opFail:
 		f := o.Fail
 		fmt.Fprintf(&b, "%s %s#%d max=%d retry-after=%v err=%q", sessionOf(f.Session), refOf(f.Head), f.Attempt, f.MaxFailures, f.RetryAfter, f.Error)

@@ -604,3 +604,33 @@ func (s *Store) TryRepairReady(ctx context.Context, every time.Duration) (bool, 
 	st, err := s.RepairReady(ctx)
 	return true, st, err
 }
+
+// ReadyState is what the ready index lists for one session.
+type ReadyState struct {
+	// Listed reports that the index lists the session: it has work.
+	Listed bool
+	// Due reports that its work is claimable now (At is not after now).
+	Due bool
+	// At is the time it has work from (see ReadySession.At); zero when not
+	// listed.
+	At time.Time
+}
+
+// ReadyAt returns what the ready index lists for session: one command on
+// the session's shard.
+func (s *Store) ReadyAt(ctx context.Context, session string) (ReadyState, error) {
+	if err := checkSession(session); err != nil {
+		return ReadyState{}, err
+	}
+	c := s.client
+	key := keys.ReadyFor(s.cfg.Prefix, keys.ReadyShard(session, s.cfg.ReadyShards)).Index()
+	score, err := c.Do(ctx, c.B().Zscore().Key(key).Member(session).Build()).AsFloat64()
+	if rueidis.IsRedisNil(err) {
+		return ReadyState{}, nil
+	}
+	if err != nil {
+		return ReadyState{}, fmt.Errorf("a2redis: reading the ready index for session %q: %w", session, err)
+	}
+	at := int64(score)
+	return ReadyState{Listed: true, Due: at <= s.now(), At: time.UnixMilli(at)}, nil
+}
