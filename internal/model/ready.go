@@ -94,4 +94,3 @@ func (m *Store) Release(ctx context.Context, req redisstore.ReleaseRequest) ([]r
 	}
 	return out, nil
 }
-
