@@ -292,8 +292,10 @@ func outcomeOf(res any, err error) string {
 			return "renewed"
 		case len(r.Superseded) > 0:
 			return "superseded"
+		case len(r.Lapsed) > 0:
+			return "lapsed"
 		}
-		return "neither"
+		return "none"
 	case []redisstore.ReleaseOutcome:
 		seen := map[string]bool{}
 		var words []string

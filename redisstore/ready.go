@@ -295,9 +295,9 @@ const (
 )
 
 // skipCache remembers sessions that gave this store's ClaimNext nothing
-// although the index listed them due (their work is another consumer's, or
-// was just taken): skipped while the index shows them at the same time,
-// for at most skipFor.
+// although the index listed them due, when the call served only some
+// consumers (the work is another consumer's): skipped while the index shows
+// them at the same time, for at most skipFor.
 type skipCache struct {
 	mu      sync.Mutex
 	entries map[string]skipEntry
@@ -382,6 +382,12 @@ func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	}
 	var due []candidate
 	var next int64
+	// Only a call that serves some consumers skips sessions that just gave
+	// it nothing (their work may be another consumer's); with every
+	// consumer served, a miss is a race with another claim, whose own
+	// index update already moved the session.
+	skipping := req.Consumers != nil
+	skipped := false
 	for shard, reply := range c.DoMulti(ctx, cmds...) {
 		entries, err := reply.AsZScores()
 		if err != nil {
@@ -395,9 +401,11 @@ func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 				}
 				break
 			}
-			if !s.skips.skip(e.Member, at) {
-				due = append(due, candidate{e.Member, at})
+			if skipping && s.skips.skip(e.Member, at) {
+				skipped = true
+				continue
 			}
+			due = append(due, candidate{e.Member, at})
 		}
 	}
 	sort.Slice(due, func(i, j int) bool { return due[i].at < due[j].at })
@@ -420,12 +428,21 @@ func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 		if r.Outcome == Busy {
 			outcome = Busy
 		}
-		s.skips.add(cand.session, cand.at)
+		if skipping {
+			s.skips.add(cand.session, cand.at)
+			skipped = true
+		}
 		if err := s.resyncReady(ctx, cand.session); err != nil {
 			return ClaimNextResult{}, err
 		}
 	}
 	res := ClaimNextResult{ClaimResult: ClaimResult{Outcome: outcome}}
+	if skipped {
+		// Look again once the skips end.
+		if again := now + skipFor.Milliseconds(); next == 0 || again < next {
+			next = again
+		}
+	}
 	if next > 0 {
 		res.NextAt = time.UnixMilli(next)
 		if outcome == Settled {
