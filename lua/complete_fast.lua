@@ -10,10 +10,17 @@
 --
 -- KEYS[1]  the session counter
 -- ARGV     as complete_many's: now, served (unused here), k, then per
---          attempt consumer, tag ('#' or 'L<lane>'), head index, attempt
+--          attempt consumer, tag ('#' or 'L<lane>'), head index, attempt;
+--          then, optionally, a holder and a claim expiry (epoch ms): claim
+--          the next head of every lane this call moves on for that holder
+--          (complete and claim next, so an ordered lane costs one script
+--          call per event). A lane's next head was never claimed: it is
+--          claimed as claim_fast claims a fresh head.
 --
--- Replies: { 'ok', outcome... } (each 'ok' or 'superseded'), or
--- { 'general' }.
+-- Replies: { 'ok', outcome... } (each 'ok' or 'superseded'), followed,
+-- when a holder was given and any attempt completed, by a table of
+-- { consumer, kind, index } per claimed next head (as claim's fresh
+-- heads; empty when no lane moved on); or { 'general' }.
 local counter = KEYS[1]
 local session = string.sub(counter, 1, -6)
 local bounds = redis.call('MGET', counter, session .. 'clear', session .. 'live', session .. 'listed')
@@ -111,9 +118,47 @@ for _, chunk in ipairs(order) do
     sliced('HDEL', chunk.key, drops)
   end
 end
+-- Complete and claim next: the lanes' next heads go to the holder.
+local holder = ARGV[4 + 4 * k]
+local claimed = false
+if holder and holder ~= '' then claimed = {} end
+if claimed and #moved > 0 then
+  local expires_at = ARGV[5 + 4 * k]
+  local held = int(HELD + tonumber(expires_at))
+  local groups, group_order = {}, {}
+  for i = 1, #moved, 2 do
+    local idx, cid = moved[i], moved[i + 1]
+    local colon = string.find(cid, ':', 1, true)
+    local size = tonumber(string.sub(cid, 1, colon - 1))
+    local prefix = idx .. ':' .. cid .. ':'
+    local kind = string.sub(cid, colon + size + 1)
+    local chunk = chunk_group(session, groups, group_order, tonumber(idx))
+    local fields = chunk.names
+    fields[#fields + 1] = prefix .. 'd'
+    fields[#fields + 1] = '1'
+    fields[#fields + 1] = prefix .. 'l'
+    fields[#fields + 1] = kind
+    fields[#fields + 1] = prefix .. 'fc'
+    fields[#fields + 1] = now
+    fields[#fields + 1] = prefix .. 'lc'
+    fields[#fields + 1] = now
+    fields[#fields + 1] = prefix .. 'ch'
+    fields[#fields + 1] = holder
+    fields[#fields + 1] = prefix .. 'ce'
+    fields[#fields + 1] = expires_at
+    moved[i] = held
+    claimed[#claimed + 1] = { string.sub(cid, colon + 1, colon + size), kind, idx }
+  end
+  for _, chunk in ipairs(group_order) do
+    chunk.names[#chunk.names + 1] = CHUNK_PIN
+    chunk.names[#chunk.names + 1] = CHUNK_PIN_VALUE
+    sliced('HSET', chunk.key, chunk.names)
+  end
+end
 sliced('HSET', session .. 'cursors', records)
 sliced('ZADD', session .. 'runnable', moved)
 sliced('ZREM', session .. 'runnable', removed)
 if idle > 0 then redis.call('SET', session .. 'live', int(live - idle)) end
-outcomes[#outcomes + 1] = ready_mark(session, tonumber(now), false, bounds[4], true, #moved > 0)
+if claimed then outcomes[#outcomes + 1] = claimed end
+outcomes[#outcomes + 1] = ready_mark(session, tonumber(now), false, bounds[4], true, #moved > 0 and not (claimed and #claimed > 0))
 return outcomes

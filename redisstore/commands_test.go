@@ -160,6 +160,38 @@ func TestCommandsPerOperation(t *testing.T) {
 	assert.Equal(t, float64(events+2*events/16), float64(stats["evalsha"]-stats["hget"]), "one script per append, one per claim, one per 16 completions")
 	assert.Equal(t, int64(3*events/16), stats["hget"], "three index updates per round: due, held, settled")
 
+	// A strictly ordered lane, its heads completed and the next claimed in
+	// one call (CompleteAndClaim): one script call per event, plus the
+	// index updates of the lane going held → held (none: the lease's end
+	// only moves with the clock, which stands still here) and, at the end,
+	// settled.
+	lane := make([]a2redis.Event, ops)
+	for i := range lane {
+		lane[i] = a2redis.Event{Type: "t", Payload: []byte(`{"n":1}`), Targets: []a2redis.Target{{Consumer: "o", Lane: "acct"}}}
+	}
+	_, err = s.Append(ctx, "ordered", lane, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	cl, err := s.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: "ordered", Holder: "w", TTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, cl.Heads, 1)
+	head := cl.Heads[0]
+	resetStats(ctx, t, c)
+	for done := 0; ; done++ {
+		r, err := s.CompleteAndClaim(ctx, redisstore.CompleteAttemptsRequest{Session: "ordered", Attempts: []redisstore.Completion{{Head: head.Ref(), Attempt: head.Attempts}}}, redisstore.NextClaim{Holder: "w", TTL: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, redisstore.Completed, r.Results[0].Outcome)
+		if r.Next.Outcome != redisstore.Claimed {
+			require.Equal(t, ops-1, done)
+			break
+		}
+		head = r.Next.Heads[0]
+	}
+	stats = commandStats(ctx, t, c)
+	total, list = perOp(stats, ops)
+	t.Logf("ordered lane, complete and claim next, per event: %.2f commands: %s", total, list)
+	assert.Equal(t, int64(ops), stats["evalsha"]-stats["hget"], "one script call per event")
+	assert.Equal(t, int64(1), stats["hget"], "one index update: the lane is done")
+
 	// A log consumer's head: one claim and one completion script, whether
 	// the completion names the served log or only follows a claim (the
 	// flat complete_fast never takes log heads; it is not tried on them).

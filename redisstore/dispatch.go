@@ -642,24 +642,104 @@ func (r CompleteAttemptsRequest) causes() []a2redis.Cause {
 // with nothing written. Completions that return events go through
 // CompleteAttempt.
 func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsRequest) ([]CompleteResult, error) {
+	results, _, err := s.completeAttempts(ctx, req, nil)
+	return results, err
+}
+
+// NextClaim asks a completion to claim, in the same script call, the next
+// head of every lane it moves on, for Holder until now + TTL.
+type NextClaim struct {
+	// Holder names the claimant. Required.
+	Holder string
+	// TTL is the lease of the claimed heads. Required.
+	TTL time.Duration
+}
+
+// CompleteAndClaimResult is what a CompleteAndClaim did.
+type CompleteAndClaimResult struct {
+	// Results are the completions, one per attempt (as CompleteAttempts).
+	Results []CompleteResult
+	// Next are the lanes' next heads it claimed for the holder (Outcome
+	// Claimed), each with its event; Settled when it claimed none.
+	Next ClaimResult
+}
+
+// CompleteAndClaim completes attempts as CompleteAttempts does and, in the
+// same script call, claims the next head of every lane it moved on for
+// next.Holder: a strictly ordered lane then costs one script call per
+// event, as BullMQ's moveToFinished hands its worker the next job. The
+// claimed heads are fresh (attempt 1), with their events. A completion the
+// flat path cannot take (a log head, a head that failed before, a
+// replayed completion) goes through the general path, and the next heads
+// are then claimed by a second call, up to one per completed lane head.
+func (s *Store) CompleteAndClaim(ctx context.Context, req CompleteAttemptsRequest, next NextClaim) (CompleteAndClaimResult, error) {
+	if err := checkName("Holder", next.Holder); err != nil {
+		return CompleteAndClaimResult{}, err
+	}
+	if next.TTL <= 0 {
+		return CompleteAndClaimResult{}, a2redis.Invalid("TTL", "must be positive (got %v)", next.TTL)
+	}
+	results, claimed, err := s.completeAttempts(ctx, req, &next)
+	return CompleteAndClaimResult{Results: results, Next: claimed}, err
+}
+
+// completeAttempts is CompleteAttempts, and CompleteAndClaim with next.
+func (s *Store) completeAttempts(ctx context.Context, req CompleteAttemptsRequest, next *NextClaim) ([]CompleteResult, ClaimResult, error) {
+	results, claimed, err := s.completeAttemptsRun(ctx, req, next)
+	if err != nil || next == nil {
+		return results, claimed, err
+	}
+	if claimed.Outcome == Claimed {
+		s.noteLogCursors(claimed.Heads)
+		return results, claimed, s.claimedEvents(ctx, req.Session, &claimed)
+	}
+	if claimed.Outcome == "" {
+		// The general path completed: claim what the lanes freed.
+		lanes := 0
+		for i, r := range results {
+			if r.Outcome == Completed && !r.Replayed && req.Attempts[i].Head.Lane != "" {
+				lanes++
+			}
+		}
+		if lanes == 0 {
+			return results, ClaimResult{Outcome: Settled}, nil
+		}
+		claimed, err = s.ClaimAvailable(ctx, ClaimRequest{Session: req.Session, Holder: next.Holder, TTL: next.TTL, Consumers: req.Consumers, Limit: lanes})
+		return results, claimed, err
+	}
+	return results, claimed, nil
+}
+
+func (s *Store) completeAttemptsRun(ctx context.Context, req CompleteAttemptsRequest, next *NextClaim) ([]CompleteResult, ClaimResult, error) {
+	var none ClaimResult
 	if err := checkSession(req.Session); err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	if err := check.Completions("Attempts", req.causes(), s.cfg.MaxBatch); err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	consumers := s.served(req.Consumers)
 	served, err := servedArg(consumers)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
-	args := make([]string, 0, 3+4*len(req.Attempts))
-	args = append(args, itoa(s.now()), served, itoa(int64(len(req.Attempts))))
+	now := s.now()
+	args := make([]string, 0, 5+4*len(req.Attempts))
+	args = append(args, itoa(now), served, itoa(int64(len(req.Attempts))))
 	for _, a := range req.Attempts {
 		args = append(args, a.Head.Consumer, tagOf(a.Head.Lane), itoa(a.Head.Index), itoa(a.Attempt))
 	}
 	if len(req.Attempts) == 0 {
-		return []CompleteResult{}, nil
+		return []CompleteResult{}, ClaimResult{Outcome: Settled}, nil
+	}
+	var fresh a2redis.Dispatch
+	if next != nil {
+		expires := now + max(next.TTL.Milliseconds(), 1)
+		args = append(args, next.Holder, itoa(expires))
+		fresh = a2redis.Dispatch{
+			Attempts: 1, FirstClaimedAt: time.UnixMilli(now), LastClaimedAt: time.UnixMilli(now),
+			Holder: next.Holder, ClaimExpiresAt: time.UnixMilli(expires),
+		}
 	}
 	refs := make([]a2redis.HeadRef, len(req.Attempts))
 	for i, a := range req.Attempts {
@@ -667,7 +747,18 @@ func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsReques
 	}
 	reply, err := s.completeRun(ctx, req.Session, args, s.completesFast(consumers, refs))
 	if err != nil {
-		return nil, err
+		return nil, none, err
+	}
+	claimed := none
+	if next != nil && word(reply, 0) == "ok" && len(reply) == len(req.Attempts)+2 {
+		// complete_fast took it: the next heads it claimed follow the
+		// outcomes. (Without them the general path ran, or nothing
+		// completed.)
+		r, err := nextHeads(req.Session, reply[len(reply)-1], fresh)
+		if err != nil {
+			return nil, none, err
+		}
+		claimed, reply = r, reply[:len(reply)-1]
 	}
 	switch word(reply, 0) {
 	case "ok":
@@ -684,10 +775,10 @@ func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsReques
 			case "superseded":
 				results[i] = CompleteResult{Outcome: CompleteSuperseded, Events: []a2redis.StoredEvent{}}
 			default:
-				return nil, fmt.Errorf("%w: complete_many replied %v", a2redis.ErrUnexpectedReply, reply)
+				return nil, none, fmt.Errorf("%w: complete_many replied %v", a2redis.ErrUnexpectedReply, reply)
 			}
 		}
-		return results, nil
+		return results, claimed, nil
 	case "missing", "partial":
 		j, err := number(reply, 1)
 		if err != nil || j < 1 || int(j) > len(req.Attempts) {
@@ -695,11 +786,11 @@ func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsReques
 		}
 		head := req.Attempts[j-1].Head
 		if word(reply, 0) == "missing" {
-			return nil, errorf(a2redis.ErrNoEvent, req.Session, "Attempts[%d]: no event at index %d", j-1, head.Index)
+			return nil, none, errorf(a2redis.ErrNoEvent, req.Session, "Attempts[%d]: no event at index %d", j-1, head.Index)
 		}
-		return nil, errorf(a2redis.ErrPartialDuplicateBatch, req.Session, "Attempts[%d]: the committed completion of index %d returned events; replay it with CompleteAttempt", j-1, head.Index)
+		return nil, none, errorf(a2redis.ErrPartialDuplicateBatch, req.Session, "Attempts[%d]: the committed completion of index %d returned events; replay it with CompleteAttempt", j-1, head.Index)
 	}
-	return nil, fmt.Errorf("%w: complete_many replied %v", a2redis.ErrUnexpectedReply, reply)
+	return nil, none, fmt.Errorf("%w: complete_many replied %v", a2redis.ErrUnexpectedReply, reply)
 }
 
 // FailRequest reports a failed attempt.
@@ -976,4 +1067,30 @@ func (s *Store) Cursors(ctx context.Context, session string) ([]a2redis.Cursor, 
 		return a.Head < b.Head
 	})
 	return out, nil
+}
+
+// nextHeads decodes the next heads complete_fast claimed: { consumer,
+// kind, index } each, all fresh.
+func nextHeads(session string, m rueidis.RedisMessage, fresh a2redis.Dispatch) (ClaimResult, error) {
+	r := ClaimResult{Outcome: Settled}
+	for _, part := range array(m) {
+		parts := array(part)
+		if len(parts) != 3 {
+			return ClaimResult{}, fmt.Errorf("%w: claimed next head %v", a2redis.ErrUnexpectedReply, part)
+		}
+		index, err := strconv.ParseInt(text(parts[2]), 10, 64)
+		if err != nil {
+			return ClaimResult{}, fmt.Errorf("%w: claimed next head %v", a2redis.ErrUnexpectedReply, part)
+		}
+		kind, lane := cursorOf(text(parts[1]))
+		r.Heads = append(r.Heads, a2redis.HeadEvent{
+			StoredEvent: a2redis.StoredEvent{Session: session, Index: index},
+			Consumer:    text(parts[0]), Lane: lane, Kind: kind, Dispatch: fresh,
+		})
+	}
+	if len(r.Heads) > 0 {
+		r.Outcome = Claimed
+		sortHeads(r.Heads)
+	}
+	return r, nil
 }

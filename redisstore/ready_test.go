@@ -68,11 +68,19 @@ func TestReadyIndexFollowsEveryTransition(t *testing.T) {
 		require.Len(t, c.Heads, 1)
 		e.requireHeld("s", e.clock.Now().Add(time.Minute), "the lane head is claimed, its successor waits behind it")
 
+		firstEnd := e.clock.Now().Add(time.Minute)
 		e.clock.Advance(10 * time.Second)
 		r, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w", TTL: time.Minute, Claims: []redisstore.Claim{{HeadRef: c.Heads[0].Ref(), Attempt: 1}}})
 		require.NoError(t, err)
 		require.Len(t, r.Renewed, 1)
-		e.requireHeld("s", e.clock.Now().Add(time.Minute), "a renewal moves the lease's end")
+		renewedEnd := e.clock.Now().Add(time.Minute)
+		e.requireHeld("s", firstEnd, "a renewal keeps the earlier end listed (early is safe; no index update per renewal)")
+		e.clock.Advance(51 * time.Second)
+		e.requireDue("s", "the listed end passed")
+		next, err := e.store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w2", TTL: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, redisstore.Busy, next.Outcome, "the renewed lease still holds the head")
+		e.requireHeld("s", renewedEnd, "the busy claim listed the session again from its true state")
 
 		done, err := e.store.CompleteAttempt(e.ctx, redisstore.CompleteRequest{Session: "s", Head: c.Heads[0].Ref(), Attempt: 1})
 		require.NoError(t, err)
@@ -426,4 +434,54 @@ func TestReadyShardsAndLayoutAreChecked(t *testing.T) {
 			assert.Contains(t, err.Error(), "TypeScript")
 		})
 	}
+}
+
+// CompleteAndClaim completes a lane head and claims its next head in one
+// script call: an ordered lane costs one script call per event.
+func TestCompleteAndClaimRunsALaneInOneCallPerEvent(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		const n = 6
+		batch := make([]a2redis.Event, n)
+		for i := range batch {
+			batch[i] = a2redis.Event{Type: "t", Payload: []byte(fmt.Sprintf(`{"n":%d}`, i+1)), Targets: []a2redis.Target{{Consumer: "l", Lane: "x"}}}
+		}
+		_, err := e.store.Append(e.ctx, "s", batch, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, c.Heads, 1)
+		head := c.Heads[0]
+		var order []int64
+		for {
+			order = append(order, head.Index)
+			require.Equal(t, fmt.Sprintf(`{"n":%d}`, head.Index), string(head.Payload), "the claimed next head carries its event")
+			r, err := e.store.CompleteAndClaim(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Completion{{Head: head.Ref(), Attempt: head.Attempts}}},
+				redisstore.NextClaim{Holder: "w", TTL: time.Minute})
+			require.NoError(t, err)
+			require.Equal(t, []redisstore.CompleteResult{{Outcome: redisstore.Completed, Events: []a2redis.StoredEvent{}}}, r.Results)
+			if r.Next.Outcome != redisstore.Claimed {
+				require.Equal(t, redisstore.Settled, r.Next.Outcome)
+				break
+			}
+			require.Len(t, r.Next.Heads, 1)
+			head = r.Next.Heads[0]
+			require.Equal(t, int64(1), head.Attempts)
+			require.Equal(t, "w", head.Holder)
+			e.requireHeld("s", e.clock.Now().Add(time.Minute), "the next head is held by the completer")
+		}
+		assert.Equal(t, []int64{1, 2, 3, 4, 5, 6}, order)
+		e.requireUnlisted("s", "the lane is done")
+
+		// A stale attempt claims nothing; a fenced next head is completed
+		// by its new holder only.
+		_, err = e.store.Append(e.ctx, "s", batch[:2], redisstore.AppendOptions{})
+		require.NoError(t, err)
+		c, err = e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute})
+		require.NoError(t, err)
+		r, err := e.store.CompleteAndClaim(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Completion{{Head: c.Heads[0].Ref(), Attempt: c.Heads[0].Attempts + 1}}},
+			redisstore.NextClaim{Holder: "w", TTL: time.Minute})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.CompleteSuperseded, r.Results[0].Outcome)
+		assert.Equal(t, redisstore.Settled, r.Next.Outcome, "nothing completed, nothing claimed")
+	})
 }

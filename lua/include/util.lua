@@ -73,7 +73,8 @@ end
 -- while it has free heads, so the oldest waiting sessions sort first) or
 -- now when `bump` is set (a claim that leaves free heads moves the session
 -- behind the others: round robin); else the earliest end of a claim or
--- retry hold; else it has none.
+-- retry hold (or an earlier end it had, not yet passed: see below); else
+-- it has none.
 --
 -- `listed` is the listed key's value as the script read it (false: none;
 -- nil: read it here). `keeps_free`: the write made no free head un-free
@@ -108,6 +109,12 @@ local function ready_mark(session, now, bump, listed, keeps_free, added_free)
       end
     end
   end
+  -- A held session whose earliest hold end moved later (a lease renewed,
+  -- a lane's next head claimed with a new lease) keeps its earlier time:
+  -- listing work early is safe (a claim then finds the session busy and
+  -- lists it again from its true state), and a lane completed and claimed
+  -- on in one call then costs no index update per event.
+  if at and was and not now_free and not free and was > now and at > was then at = was end
   if at == was and now_free == free then return READY_MARK end
   local text = at and int(at) or ''
   if at ~= was then version = version + 1 end
