@@ -94,17 +94,17 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		return ClaimResult{}, err
 	}
 	if req.MaxFailures < 0 {
-		return ClaimResult{}, a2redis.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
+		return ClaimResult{}, check.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
 	}
 	if req.Through < 0 {
-		return ClaimResult{}, a2redis.Invalid("Through", "is negative (%d)", req.Through)
+		return ClaimResult{}, check.Invalid("Through", "is negative (%d)", req.Through)
 	}
 	limit := req.Limit
 	if limit == 0 {
 		limit = s.cfg.ClaimLimit
 	}
 	if limit < 0 {
-		return ClaimResult{}, a2redis.Invalid("Limit", "is negative (%d)", limit)
+		return ClaimResult{}, check.Invalid("Limit", "is negative (%d)", limit)
 	}
 	served, err := servedArg(req.Consumers)
 	if err != nil {
@@ -497,7 +497,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 	}
 	for i, e := range req.Events {
 		if e.Cause != nil {
-			return CompleteResult{}, a2redis.Invalid(fmt.Sprintf("Events[%d].Cause", i), "is set: returned events take the completed attempt as their cause")
+			return CompleteResult{}, check.Invalid(fmt.Sprintf("Events[%d].Cause", i), "is set: returned events take the completed attempt as their cause")
 		}
 	}
 	now := s.now()
@@ -732,10 +732,10 @@ func (s *Store) FailAttempt(ctx context.Context, req FailRequest) (FailResult, e
 		return FailResult{}, err
 	}
 	if req.MaxFailures < 1 {
-		return FailResult{}, a2redis.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
+		return FailResult{}, check.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
 	}
 	if req.RetryAfter < 0 {
-		return FailResult{}, a2redis.Invalid("RetryAfter", "is negative (%v)", req.RetryAfter)
+		return FailResult{}, check.Invalid("RetryAfter", "is negative (%v)", req.RetryAfter)
 	}
 	now := s.now()
 	hold := ""
@@ -832,10 +832,10 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult,
 		return RedriveResult{}, err
 	}
 	if req.Index < 1 {
-		return RedriveResult{}, a2redis.Invalid("Index", "must be at least 1 (got %d)", req.Index)
+		return RedriveResult{}, check.Invalid("Index", "must be at least 1 (got %d)", req.Index)
 	}
 	if req.Action != Retry && req.Action != Skip {
-		return RedriveResult{}, a2redis.Invalid("Action", "must be %q or %q (got %q)", Retry, Skip, req.Action)
+		return RedriveResult{}, check.Invalid("Action", "must be %q or %q (got %q)", Retry, Skip, req.Action)
 	}
 	served, err := servedArg(req.Consumers)
 	if err != nil {
@@ -865,7 +865,7 @@ func (s *Store) WakeLog(ctx context.Context, session string, consumer a2redis.Co
 		return WakeLogResult{}, err
 	}
 	if consumer.Log == nil {
-		return WakeLogResult{}, a2redis.Invalid("consumer.Log", "is nil: WakeLog needs a log consumer")
+		return WakeLogResult{}, check.Invalid("consumer.Log", "is nil: WakeLog needs a log consumer")
 	}
 	if _, err := servedArg([]a2redis.Consumer{consumer}); err != nil {
 		return WakeLogResult{}, err
