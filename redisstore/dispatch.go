@@ -37,7 +37,10 @@ type ClaimRequest struct {
 	// Holder names the claimant (a worker id). Required.
 	Holder string
 	// TTL is the lease: claims expire at now + TTL. Required unless
-	// ExpiresAt is set.
+	// ExpiresAt is set. Recommended: 30s, or a few times a handler's usual
+	// run, renewed (RenewClaims) every third of it while the handler still
+	// runs. A lease too short lets a second worker take over a head that
+	// is still running; one too long delays the takeover when a worker dies.
 	TTL time.Duration
 	// ExpiresAt, when set, is the absolute lease expiry instead of TTL.
 	ExpiresAt time.Time
@@ -48,6 +51,9 @@ type ClaimRequest struct {
 	Consumers []a2redis.Consumer
 	// MaxFailures, when positive, dead-letters a head whose lapsed claim is
 	// taken over once its failures reach it, without running it.
+	// Recommended: the value FailRequest.MaxFailures uses (5), so that an
+	// event that crashes every worker that runs it (its claims lapse with
+	// no failure reported) is dead-lettered too instead of looping.
 	MaxFailures int
 	// Through, when positive, claims only heads at or below that index.
 	Through int64
@@ -368,7 +374,8 @@ type RenewRequest struct {
 	Holder string
 	// Claims are the claims to renew.
 	Claims []Claim
-	// TTL is the new lease from now, unless ExpiresAt is set.
+	// TTL is the new lease from now, unless ExpiresAt is set; usually the
+	// claim's own TTL (see ClaimRequest.TTL).
 	TTL time.Duration
 	// ExpiresAt, when set, is the absolute new expiry.
 	ExpiresAt time.Time
@@ -692,10 +699,14 @@ type FailRequest struct {
 	// Error is the failure's text, recorded on the head.
 	Error string
 	// MaxFailures dead-letters the head once its failures reach it.
-	// Required (at least 1).
+	// Required (at least 1). Recommended: 5, with a RetryAfter that grows
+	// with the failures, so a passing outage is ridden out and a poison
+	// event stops within minutes; use the same value in
+	// ClaimRequest.MaxFailures.
 	MaxFailures int
 	// RetryAfter, when positive, holds the head back from claims until
-	// now + RetryAfter.
+	// now + RetryAfter. Recommended: a backoff by failure count, e.g. 1s,
+	// 10s, 1m, 5m.
 	RetryAfter time.Duration
 }
 
