@@ -1,15 +1,22 @@
 # Targets match what CI runs: .ci/run runs `make test`.
 .PHONY: test test-race test-short bench bench-quick bench-micro lint quickstart soak
 
+# The Docker targets (internal/redistest/dockertarget) are a module of their
+# own, so that testcontainers-go stays out of what importers download; they
+# skip when no Docker engine answers.
+DOCKER_MODULE = internal/redistest/dockertarget
+
 test:
 	go test ./... -count=1 -timeout 20m
 	cd bench && go test . -count=1 -timeout 10m
+	cd $(DOCKER_MODULE) && go test ./... -count=1 -timeout 20m
 
 test-short:
 	go test ./... -short -count=1
 
 test-race:
 	go test ./... -race -count=1 -timeout 30m
+	cd $(DOCKER_MODULE) && go test ./... -race -count=1 -timeout 30m
 
 # Side-by-side benchmarks (a2redis, raw Redis Streams, asynq); refreshes docs/benchmarks.md.
 bench:
@@ -26,6 +33,7 @@ lint:
 	test -z "$$(gofmt -l .)"
 	go vet ./...
 	cd bench && go vet ./...
+	cd $(DOCKER_MODULE) && go vet ./...
 
 quickstart:
 	go run ./examples/quickstart

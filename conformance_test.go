@@ -9,7 +9,6 @@ import (
 	"github.com/a2redis/a2redis/conformance"
 	"github.com/a2redis/a2redis/internal/keylockproxy"
 	"github.com/a2redis/a2redis/internal/redistest"
-	"github.com/a2redis/a2redis/internal/redistest/dockertarget"
 )
 
 // TestConformance runs the contract (package conformance) against every
@@ -23,7 +22,10 @@ import (
 //     flag, refuses scripts without it, and refuses any script command that
 //     touches a key outside its declared hash tag.
 //   - url: A2REDIS_TEST_URL, when set (any server; assumed plain Redis).
-//   - valkey8, redis7: Docker images, skipped when no engine answers.
+//
+// The Docker image targets (valkey8, redis7) run in the module of
+// internal/redistest/dockertarget, so that testcontainers-go stays out of
+// this module's requirements.
 func TestConformance(t *testing.T) {
 	real := conformance.Features{Expiry: true, ShardedPubSub: true}
 
@@ -78,15 +80,6 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("%s: %v", redistest.EnvURL, err)
 				}
 				return conformance.Target{Name: "url", Client: client(t, opt), Features: conformance.Features{Expiry: true}}
-			})
-		})
-	}
-	for _, image := range []struct{ name, image string }{{"valkey8", "valkey/valkey:8"}, {"redis7", "redis:7"}} {
-		t.Run(image.name, func(t *testing.T) {
-			t.Parallel()
-			addr := dockertarget.Start(t, image.image)
-			conformance.Run(t, func(t *testing.T) conformance.Target {
-				return conformance.Target{Name: image.name, Client: client(t, rueidis.ClientOption{InitAddress: []string{addr}}), Features: real}
 			})
 		})
 	}

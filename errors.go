@@ -60,11 +60,6 @@ func (e *ArgumentError) Error() string {
 // Is reports whether target is ErrInvalidArgument.
 func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
 
-// Invalid returns an *ArgumentError for arg.
-func Invalid(arg, format string, a ...any) error {
-	return &ArgumentError{Arg: arg, Problem: fmt.Sprintf(format, a...)}
-}
-
 // SupersededError reports an attempt that no longer owns its head. It
 // matches ErrSupersededAttempt with errors.Is.
 type SupersededError struct {

@@ -18,15 +18,16 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/keys"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// scriptNames returns the names of a2redis.Scripts, sorted.
+// scriptNames returns the names of scripts.All(), sorted.
 func scriptNames() []string {
-	names := make([]string, 0, len(a2redis.Scripts))
-	for name := range a2redis.Scripts {
+	names := make([]string, 0, len(scripts.All()))
+	for name := range scripts.All() {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -37,13 +38,13 @@ func scriptNames() []string {
 // compiles it, so a syntax error fails here rather than on first use.
 func loadEveryScript(t *testing.T, client rueidis.Client) {
 	t.Helper()
-	if len(a2redis.Scripts) == 0 {
-		t.Fatal("a2redis.Scripts is empty")
+	if len(scripts.All()) == 0 {
+		t.Fatal("scripts.All() is empty")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, name := range scriptNames() {
-		src := a2redis.Scripts[name].Source
+		src := scripts.All()[name].Source
 		sha, err := client.Do(ctx, client.B().ScriptLoad().Script(src).Build()).ToString()
 		if err != nil {
 			t.Errorf("SCRIPT LOAD %s: %v", name, err)
@@ -68,15 +69,15 @@ func TestScriptsLoadIntoMiniredis(t *testing.T) {
 // TestScriptsOnDiskMatchEmbedded checks the embed pattern covers every
 // script file: composing lua/ from disk gives the same scripts.
 func TestScriptsOnDiskMatchEmbedded(t *testing.T) {
-	disk, err := a2redis.LoadScripts(os.DirFS("lua"))
+	disk, err := scripts.Load(os.DirFS("lua"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(disk) != len(a2redis.Scripts) {
-		t.Errorf("lua/ holds %d scripts, a2redis.Scripts %d", len(disk), len(a2redis.Scripts))
+	if len(disk) != len(scripts.All()) {
+		t.Errorf("lua/ holds %d scripts, scripts.All() %d", len(disk), len(scripts.All()))
 	}
 	for name, s := range disk {
-		embedded, ok := a2redis.Scripts[name]
+		embedded, ok := scripts.All()[name]
 		switch {
 		case !ok:
 			t.Errorf("lua/%s.lua is not embedded", name)
@@ -87,7 +88,7 @@ func TestScriptsOnDiskMatchEmbedded(t *testing.T) {
 }
 
 func TestScriptIncludesAreAllUsed(t *testing.T) {
-	unused, err := a2redis.UnusedIncludes(os.DirFS("lua"), a2redis.Scripts)
+	unused, err := scripts.UnusedIncludes(os.DirFS("lua"), scripts.All())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestScriptIncludesAreAllUsed(t *testing.T) {
 	}
 }
 
-func TestLoadScriptsRejectsBadIncludes(t *testing.T) {
+func TestLoadRejectsBadIncludes(t *testing.T) {
 	cases := []struct {
 		name  string
 		files fstest.MapFS
@@ -128,9 +129,9 @@ func TestLoadScriptsRejectsBadIncludes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			scripts, err := a2redis.LoadScripts(c.files)
+			loaded, err := scripts.Load(c.files)
 			if err == nil {
-				t.Fatalf("LoadScripts succeeded (%d scripts), want an error containing %q", len(scripts), c.want)
+				t.Fatalf("Load succeeded (%d scripts), want an error containing %q", len(loaded), c.want)
 			}
 			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "main.lua") {
 				t.Errorf("error %q does not name main.lua and %q", err, c.want)
@@ -139,7 +140,7 @@ func TestLoadScriptsRejectsBadIncludes(t *testing.T) {
 	}
 }
 
-func TestLoadScriptsComposesAnIncludeOnce(t *testing.T) {
+func TestLoadComposesAnIncludeOnce(t *testing.T) {
 	// main includes shared directly, twice, and through helper; shared must
 	// appear once, before the code that uses it.
 	files := fstest.MapFS{
@@ -149,13 +150,13 @@ func TestLoadScriptsComposesAnIncludeOnce(t *testing.T) {
 		"include/helper.lua": {Data: []byte("--@include shared\nlocal helper_value = shared_value + 1\n")},
 		"include/unused.lua": {Data: []byte("local unused_value = 3\n")},
 	}
-	scripts, err := a2redis.LoadScripts(files)
+	loaded, err := scripts.Load(files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	main := scripts["main"]
-	if main == nil || len(scripts) != 2 {
-		t.Fatalf("LoadScripts returned %v, want main and other", scripts)
+	main := loaded["main"]
+	if main == nil || len(loaded) != 2 {
+		t.Fatalf("Load returned %v, want main and other", loaded)
 	}
 	if n := strings.Count(main.Source, "local shared_value = 1"); n != 1 {
 		t.Errorf("shared composed %d times into main:\n%s", n, main.Source)
@@ -169,13 +170,13 @@ func TestLoadScriptsComposesAnIncludeOnce(t *testing.T) {
 	if got := strings.Join(main.Includes, ","); got != "shared,helper" {
 		t.Errorf("main.Includes = %v, want [shared helper]", main.Includes)
 	}
-	if !main.ReadOnly || scripts["other"].ReadOnly {
-		t.Errorf("ReadOnly: main %v, other %v; want true, false", main.ReadOnly, scripts["other"].ReadOnly)
+	if !main.ReadOnly || loaded["other"].ReadOnly {
+		t.Errorf("ReadOnly: main %v, other %v; want true, false", main.ReadOnly, loaded["other"].ReadOnly)
 	}
-	if got := strings.Join(scripts["other"].Includes, ","); got != "shared,helper" {
-		t.Errorf("other.Includes = %v, want [shared helper]", scripts["other"].Includes)
+	if got := strings.Join(loaded["other"].Includes, ","); got != "shared,helper" {
+		t.Errorf("other.Includes = %v, want [shared helper]", loaded["other"].Includes)
 	}
-	unused, err := a2redis.UnusedIncludes(files, scripts)
+	unused, err := scripts.UnusedIncludes(files, loaded)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestScriptsDefineEveryHelperTheyUse(t *testing.T) {
 	comment := regexp.MustCompile(`--.*`)
 	word := regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 	for _, name := range scriptNames() {
-		code := comment.ReplaceAllString(a2redis.Scripts[name].Source, "")
+		code := comment.ReplaceAllString(scripts.All()[name].Source, "")
 		defined := map[string]int{} // helper -> offset of its definition
 		for _, m := range definition.FindAllStringSubmatchIndex(code, -1) {
 			defined[code[m[2]:m[3]]] = m[0]
@@ -240,8 +241,8 @@ func TestScriptHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != len(a2redis.Scripts) {
-		t.Errorf("lua/ holds %d scripts, a2redis.Scripts %d", len(files), len(a2redis.Scripts))
+	if len(files) != len(scripts.All()) {
+		t.Errorf("lua/ holds %d scripts, scripts.All() %d", len(files), len(scripts.All()))
 	}
 	for _, file := range files {
 		src, err := os.ReadFile(file)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/keys"
 )
 
@@ -84,19 +85,19 @@ func NewFeed(client rueidis.Client, src Source, opts FeedOptions) *Feed {
 // backoff. fn runs on the calling goroutine, one update at a time.
 func (f *Feed) Follow(ctx context.Context, session string, after int64, fn func(Update) error) error {
 	if session == "" {
-		return a2redis.Invalid("session", "is empty")
+		return check.Invalid("session", "is empty")
 	}
 	if after < 0 {
-		return a2redis.Invalid("after", "is negative (%d)", after)
+		return check.Invalid("after", "is negative (%d)", after)
 	}
 	if fn == nil {
-		return a2redis.Invalid("fn", "is nil")
+		return check.Invalid("fn", "is nil")
 	}
 	if f.src == nil {
-		return a2redis.Invalid("src", "is nil")
+		return check.Invalid("src", "is nil")
 	}
 	if err := keys.ValidatePrefix(f.prefix); err != nil {
-		return a2redis.Invalid("FeedOptions.Prefix", "%v", err)
+		return check.Invalid("FeedOptions.Prefix", "%v", err)
 	}
 	fw := &follower{ctx: ctx, src: f.src, session: session, pos: after, fn: fn}
 	channel := keys.For(f.prefix, session).NotifyChannel()

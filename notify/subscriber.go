@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 )
 
 // Defaults of SubscriberOptions.
@@ -138,13 +138,13 @@ func NewSubscriber(client rueidis.Client, opts SubscriberOptions) *Subscriber {
 // before, so nothing published in between is lost.
 func (s *Subscriber) Subscribe(ctx context.Context, channel string, fn func(Notice) error) error {
 	if s.client == nil {
-		return a2redis.Invalid("client", "is nil")
+		return check.Invalid("client", "is nil")
 	}
 	if channel == "" {
-		return a2redis.Invalid("channel", "is empty")
+		return check.Invalid("channel", "is empty")
 	}
 	if fn == nil {
-		return a2redis.Invalid("fn", "is nil")
+		return check.Invalid("fn", "is nil")
 	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)

@@ -21,7 +21,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/notify"
 	"github.com/a2redis/a2redis/redisstore"
@@ -84,7 +84,7 @@ func New(store *redisstore.Store) *Presence { return &Presence{store: store} }
 // store's PublishWait).
 func (p *Presence) Set(ctx context.Context, session, participant string, values map[string]json.RawMessage, meta Meta) (*Patch, error) {
 	if p.store == nil {
-		return nil, a2redis.Invalid("store", "is nil")
+		return nil, check.Invalid("store", "is nil")
 	}
 	applied, err := p.store.PresenceSet(ctx, session, redisstore.PresenceWrite{
 		Participant: participant,
@@ -117,7 +117,7 @@ func (p *Presence) Set(ctx context.Context, session, participant string, values 
 // field a concurrent write refreshed.
 func (p *Presence) Read(ctx context.Context, session string) ([]Row, error) {
 	if p.store == nil {
-		return nil, a2redis.Invalid("store", "is nil")
+		return nil, check.Invalid("store", "is nil")
 	}
 	entries, err := p.store.PresenceRead(ctx, session)
 	if err != nil {
@@ -142,13 +142,13 @@ func (p *Presence) Read(ctx context.Context, session string) ([]Row, error) {
 // patches are ignored.
 func (p *Presence) Subscribe(ctx context.Context, session string, fn func(Patch)) error {
 	if p.store == nil {
-		return a2redis.Invalid("store", "is nil")
+		return check.Invalid("store", "is nil")
 	}
 	if session == "" {
-		return a2redis.Invalid("session", "is empty")
+		return check.Invalid("session", "is empty")
 	}
 	if fn == nil {
-		return a2redis.Invalid("fn", "is nil")
+		return check.Invalid("fn", "is nil")
 	}
 	sub := notify.NewSubscriber(p.store.Client(), notify.SubscriberOptions{Sharded: p.store.ShardedPubSub()})
 	channel := keys.For(p.store.Prefix(), session).PresenceChannel()
@@ -194,7 +194,7 @@ func DecodePatch(data []byte) (Patch, error) {
 		return Patch{}, err
 	}
 	if w.Participant == "" || w.Values == nil {
-		return Patch{}, a2redis.Invalid("patch", "has no participant or values")
+		return Patch{}, check.Invalid("patch", "has no participant or values")
 	}
 	p := Patch{Participant: w.Participant, Seen: w.Seen, At: time.UnixMilli(w.At), Values: make(map[string]json.RawMessage, len(w.Values))}
 	for field, v := range w.Values {

@@ -56,7 +56,7 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 		return AppendResult{}, err
 	}
 	if opts.OriginIndex < 0 {
-		return AppendResult{}, a2redis.Invalid("OriginIndex", "is negative (%d)", opts.OriginIndex)
+		return AppendResult{}, check.Invalid("OriginIndex", "is negative (%d)", opts.OriginIndex)
 	}
 	consumers := s.served(opts.Consumers)
 	served, err := servedArg(consumers)

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/notify"
 )
 
@@ -45,7 +46,7 @@ func (s *Store) Clear(ctx context.Context, session string, opts ClearOptions) (C
 	ifLast := ""
 	if opts.IfLastIndex != nil {
 		if *opts.IfLastIndex < 0 {
-			return ClearResult{}, a2redis.Invalid("IfLastIndex", "is negative (%d)", *opts.IfLastIndex)
+			return ClearResult{}, check.Invalid("IfLastIndex", "is negative (%d)", *opts.IfLastIndex)
 		}
 		ifLast = itoa(*opts.IfLastIndex)
 	}

@@ -37,7 +37,10 @@ type ClaimRequest struct {
 	// Holder names the claimant (a worker id). Required.
 	Holder string
 	// TTL is the lease: claims expire at now + TTL. Required unless
-	// ExpiresAt is set.
+	// ExpiresAt is set. Recommended: 30s, or a few times a handler's usual
+	// run, renewed (RenewClaims) every third of it while the handler still
+	// runs. A lease too short lets a second worker take over a head that
+	// is still running; one too long delays the takeover when a worker dies.
 	TTL time.Duration
 	// ExpiresAt, when set, is the absolute lease expiry instead of TTL.
 	ExpiresAt time.Time
@@ -48,6 +51,9 @@ type ClaimRequest struct {
 	Consumers []a2redis.Consumer
 	// MaxFailures, when positive, dead-letters a head whose lapsed claim is
 	// taken over once its failures reach it, without running it.
+	// Recommended: the value FailRequest.MaxFailures uses (5), so that an
+	// event that crashes every worker that runs it (its claims lapse with
+	// no failure reported) is dead-lettered too instead of looping.
 	MaxFailures int
 	// Through, when positive, claims only heads at or below that index.
 	Through int64
@@ -94,17 +100,17 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		return ClaimResult{}, err
 	}
 	if req.MaxFailures < 0 {
-		return ClaimResult{}, a2redis.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
+		return ClaimResult{}, check.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
 	}
 	if req.Through < 0 {
-		return ClaimResult{}, a2redis.Invalid("Through", "is negative (%d)", req.Through)
+		return ClaimResult{}, check.Invalid("Through", "is negative (%d)", req.Through)
 	}
 	limit := req.Limit
 	if limit == 0 {
 		limit = s.cfg.ClaimLimit
 	}
 	if limit < 0 {
-		return ClaimResult{}, a2redis.Invalid("Limit", "is negative (%d)", limit)
+		return ClaimResult{}, check.Invalid("Limit", "is negative (%d)", limit)
 	}
 	consumers := s.served(req.Consumers)
 	if err := s.checkDeclaredConsumers("Consumers", req.Consumers); err != nil {
@@ -372,7 +378,8 @@ type RenewRequest struct {
 	Holder string
 	// Claims are the claims to renew.
 	Claims []Claim
-	// TTL is the new lease from now, unless ExpiresAt is set.
+	// TTL is the new lease from now, unless ExpiresAt is set; usually the
+	// claim's own TTL (see ClaimRequest.TTL).
 	TTL time.Duration
 	// ExpiresAt, when set, is the absolute new expiry.
 	ExpiresAt time.Time
@@ -517,7 +524,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 	}
 	for i, e := range req.Events {
 		if e.Cause != nil {
-			return CompleteResult{}, a2redis.Invalid(fmt.Sprintf("Events[%d].Cause", i), "is set: returned events take the completed attempt as their cause")
+			return CompleteResult{}, check.Invalid(fmt.Sprintf("Events[%d].Cause", i), "is set: returned events take the completed attempt as their cause")
 		}
 	}
 	now := s.now()
@@ -804,10 +811,14 @@ type FailRequest struct {
 	// Error is the failure's text, recorded on the head.
 	Error string
 	// MaxFailures dead-letters the head once its failures reach it.
-	// Required (at least 1).
+	// Required (at least 1). Recommended: 5, with a RetryAfter that grows
+	// with the failures, so a passing outage is ridden out and a poison
+	// event stops within minutes; use the same value in
+	// ClaimRequest.MaxFailures.
 	MaxFailures int
 	// RetryAfter, when positive, holds the head back from claims until
-	// now + RetryAfter.
+	// now + RetryAfter. Recommended: a backoff by failure count, e.g. 1s,
+	// 10s, 1m, 5m.
 	RetryAfter time.Duration
 }
 
@@ -844,10 +855,10 @@ func (s *Store) FailAttempt(ctx context.Context, req FailRequest) (FailResult, e
 		return FailResult{}, err
 	}
 	if req.MaxFailures < 1 {
-		return FailResult{}, a2redis.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
+		return FailResult{}, check.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
 	}
 	if req.RetryAfter < 0 {
-		return FailResult{}, a2redis.Invalid("RetryAfter", "is negative (%v)", req.RetryAfter)
+		return FailResult{}, check.Invalid("RetryAfter", "is negative (%v)", req.RetryAfter)
 	}
 	now := s.now()
 	hold := ""
@@ -944,10 +955,10 @@ func (s *Store) Redrive(ctx context.Context, req RedriveRequest) (RedriveResult,
 		return RedriveResult{}, err
 	}
 	if req.Index < 1 {
-		return RedriveResult{}, a2redis.Invalid("Index", "must be at least 1 (got %d)", req.Index)
+		return RedriveResult{}, check.Invalid("Index", "must be at least 1 (got %d)", req.Index)
 	}
 	if req.Action != Retry && req.Action != Skip {
-		return RedriveResult{}, a2redis.Invalid("Action", "must be %q or %q (got %q)", Retry, Skip, req.Action)
+		return RedriveResult{}, check.Invalid("Action", "must be %q or %q (got %q)", Retry, Skip, req.Action)
 	}
 	if err := s.checkDeclared("Consumer", req.Consumer); err != nil {
 		return RedriveResult{}, err
@@ -980,7 +991,7 @@ func (s *Store) WakeLog(ctx context.Context, session string, consumer a2redis.Co
 		return WakeLogResult{}, err
 	}
 	if consumer.Log == nil {
-		return WakeLogResult{}, a2redis.Invalid("consumer.Log", "is nil: WakeLog needs a log consumer")
+		return WakeLogResult{}, check.Invalid("consumer.Log", "is nil: WakeLog needs a log consumer")
 	}
 	if _, err := servedArg([]a2redis.Consumer{consumer}); err != nil {
 		return WakeLogResult{}, err

@@ -9,44 +9,74 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
-// exampleStore opens a store on a fresh embedded miniredis, with a fixed
-// clock and numbered ids so that the examples' output is deterministic. A
-// real deployment passes its own client and leaves Clock and IDs unset.
-func exampleStore(ctx context.Context) (store *redisstore.Store, closeAll func()) {
+// exampleClock is the examples' store clock: fixed, moved by hand.
+type exampleClock struct{ ms atomic.Int64 }
+
+func (c *exampleClock) now() time.Time          { return time.UnixMilli(c.ms.Load()).UTC() }
+func (c *exampleClock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+func (c *exampleClock) at(t time.Time) string   { return t.UTC().Format(time.TimeOnly) }
+
+// exampleStore opens a store on a fresh embedded miniredis, with a clock of
+// its own and numbered ids so that the examples' output is deterministic. A
+// real deployment dials its server and leaves Clock and IDs unset.
+func exampleStore(ctx context.Context) (store *redisstore.Store, clock *exampleClock, closeAll func()) {
 	mr, err := miniredis.Run()
 	if err != nil {
 		panic(err)
 	}
-	client, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:       []string{mr.Addr()},
-		ForceSingleClient: true, // miniredis answers CLUSTER SLOTS
-		DisableCache:      true, // and refuses CLIENT TRACKING
-	})
+	client, err := redisstore.Dial(ctx, "redis://"+mr.Addr())
 	if err != nil {
 		panic(err)
 	}
+	clock = &exampleClock{}
+	clock.ms.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixMilli())
 	var n atomic.Int64
 	store, err = redisstore.New(ctx, client, redisstore.Config{
 		Prefix: "example",
-		Clock:  func() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) },
+		Clock:  clock.now,
 		IDs:    func() string { return "generated-" + strconv.FormatInt(n.Add(1), 10) },
 	})
 	if err != nil {
 		panic(err)
 	}
-	return store, func() { client.Close(); mr.Close() }
+	return store, clock, func() { client.Close(); mr.Close() }
+}
+
+// Dial connects with the options the store needs on every kind of server:
+// the same line works on miniredis, Redis, Valkey, Upstash (rediss://) and
+// a Redis Cluster seed.
+func ExampleDial() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mr, err := miniredis.Run() // stands in for redis://127.0.0.1:6379
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+
+	client, err := redisstore.Dial(ctx, "redis://"+mr.Addr())
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: "myapp"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(client.Mode(), store.Prefix())
+	// Output:
+	// standalone myapp
 }
 
 func ExampleStore_Append() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, closeAll := exampleStore(ctx)
+	store, _, closeAll := exampleStore(ctx)
 	defer closeAll()
 
 	batch := []a2redis.Event{
@@ -95,7 +125,7 @@ func ExampleStore_Append() {
 func ExampleStore_ClaimAvailable() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, closeAll := exampleStore(ctx)
+	store, _, closeAll := exampleStore(ctx)
 	defer closeAll()
 
 	_, err := store.Append(ctx, "order-1", []a2redis.Event{
@@ -152,7 +182,7 @@ func ExampleStore_ClaimAvailable() {
 func ExampleStore_Clear() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, closeAll := exampleStore(ctx)
+	store, _, closeAll := exampleStore(ctx)
 	defer closeAll()
 
 	_, err := store.Append(ctx, "chat-7", []a2redis.Event{

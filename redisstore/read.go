@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 )
 
 // Bounds are a session's head and latest clear marker.
@@ -94,7 +95,7 @@ func (s *Store) ReadPages(ctx context.Context, session string, after, through in
 		return err
 	}
 	if after < 0 || through < 0 {
-		return a2redis.Invalid("after/through", "negative index (%d, %d)", after, through)
+		return check.Invalid("after/through", "negative index (%d, %d)", after, through)
 	}
 	b, err := s.Bounds(ctx, session)
 	if err != nil {
@@ -160,7 +161,7 @@ func (s *Store) ReadTail(ctx context.Context, session string, limit int) ([]a2re
 		return nil, err
 	}
 	if limit < 1 {
-		return nil, a2redis.Invalid("limit", "must be at least 1 (got %d)", limit)
+		return nil, check.Invalid("limit", "must be at least 1 (got %d)", limit)
 	}
 	limit = min(limit, 1000)
 	b, err := s.Bounds(ctx, session)

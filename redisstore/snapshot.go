@@ -136,7 +136,7 @@ func (s *Store) ReadState(ctx context.Context, session, reducer string, opts Rea
 		return State{}, err
 	}
 	if opts.Through < 0 {
-		return State{}, a2redis.Invalid("Through", "is negative (%d)", opts.Through)
+		return State{}, check.Invalid("Through", "is negative (%d)", opts.Through)
 	}
 	through := ""
 	if opts.Through > 0 {

@@ -8,9 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/keys"
 )
 
@@ -133,13 +132,13 @@ type Store struct {
 // again.
 func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
-		return nil, a2redis.Invalid("client", "is nil")
+		return nil, check.Invalid("client", "is nil")
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
 	if err := keys.ValidatePrefix(cfg.Prefix); err != nil {
-		return nil, a2redis.Invalid("Config.Prefix", "%v", err)
+		return nil, check.Invalid("Config.Prefix", "%v", err)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -155,13 +154,13 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 		cfg.MaxBatch = DefaultMaxBatch
 	}
 	if cfg.MaxBatch < 0 {
-		return nil, a2redis.Invalid("Config.MaxBatch", "is negative")
+		return nil, check.Invalid("Config.MaxBatch", "is negative")
 	}
 	if cfg.ClaimLimit == 0 {
 		cfg.ClaimLimit = DefaultClaimLimit
 	}
 	if cfg.ClaimLimit < 0 {
-		return nil, a2redis.Invalid("Config.ClaimLimit", "is negative")
+		return nil, check.Invalid("Config.ClaimLimit", "is negative")
 	}
 	if cfg.ReadyShards == 0 {
 		cfg.ReadyShards = keys.DefaultReadyShards
@@ -186,7 +185,7 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 		s.locking = 2
 	case KeyLockingAuto:
 	default:
-		return nil, a2redis.Invalid("Config.KeyLocking", "unknown mode %d", cfg.KeyLocking)
+		return nil, check.Invalid("Config.KeyLocking", "unknown mode %d", cfg.KeyLocking)
 	}
 	if err := s.claimLayout(ctx); err != nil {
 		return nil, err
@@ -239,19 +238,6 @@ func (s *Store) claimLayout(ctx context.Context) error {
 	return nil
 }
 
-// IsFlagRejection reports whether err is a server's rejection of the
-// key-locking shebang: Redis and Valkey reject the flag itself, miniredis
-// any shebang at all.
-func IsFlagRejection(err error) bool {
-	var reply *rueidis.RedisError
-	if !errors.As(err, &reply) {
-		return false
-	}
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "shebang") || strings.Contains(msg, "near '#'") ||
-		strings.Contains(msg, "unexpected flag") || strings.Contains(msg, "unknown lua flag")
-}
-
 // keyLocking returns whether to send the flag, probing the server when the
 // answer is not known yet.
 func (s *Store) keyLocking(ctx context.Context) (bool, error) {
@@ -262,11 +248,11 @@ func (s *Store) keyLocking(ctx context.Context) (bool, error) {
 		return state == 1, nil
 	}
 	c := s.client
-	err := c.Do(ctx, c.B().Eval().Script(a2redis.KeyLockingShebang+"\nreturn 1").Numkeys(1).Key(s.schema).Build()).Error()
+	err := c.Do(ctx, c.B().Eval().Script(scripts.KeyLockingShebang+"\nreturn 1").Numkeys(1).Key(s.schema).Build()).Error()
 	switch {
 	case err == nil:
 		state = 1
-	case IsFlagRejection(err):
+	case scripts.IsFlagRejection(err):
 		state = 2
 	default:
 		return false, fmt.Errorf("a2redis: probing key-locking support: %w", err)
@@ -283,7 +269,7 @@ func (s *Store) run(ctx context.Context, name, session string, args []string) ([
 	if err != nil {
 		return nil, err
 	}
-	script := a2redis.Scripts[name]
+	script := scripts.All()[name]
 	res := script.Lua(locking).Exec(ctx, s.client, []string{s.keys(session).Count()}, args)
 	msg, err := res.ToMessage()
 	if err != nil {

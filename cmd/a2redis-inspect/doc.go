@@ -48,10 +48,14 @@
 //	--json         one JSON document instead of a table.
 //
 // A wrong password, an unreachable server, a TLS mismatch, a prefix holding
-// another key layout, a prefix with no data and an unknown session each end
-// with one actionable line on stderr and exit code 1. Session commands read
-// the prefix's layout with a GET of <prefix>:schema first and never create
-// it: the tool writes nothing unless asked to redrive.
+// another key layout, and an unknown session each end with one actionable
+// line on stderr and exit code 1. A prefix with no a2redis data is an
+// unknown session for the commands that name one (exit 1); the prefix-wide
+// commands answer instead, with exit code 0: info shows "layout none" and
+// sessions an empty list (with the hint on stderr), since "nothing here" is
+// what they were asked. Every command reads the prefix's layout with a GET
+// of <prefix>:schema first and never creates it: the tool writes nothing
+// unless asked to redrive.
 //
 // # Output
 //
@@ -101,10 +105,12 @@
 //
 // # Exit codes
 //
-//	0  ok (tail -f ended with Ctrl-C included)
+//	0  ok (tail -f ended with Ctrl-C included; info and sessions on a
+//	   prefix with no data included)
 //	1  error: Redis unreachable or timed out, wrong password, TLS problem,
-//	   no a2redis data under the prefix, another key layout, unknown session,
-//	   nothing to redrive, redrive declined, interrupted
+//	   another key layout, unknown session (or no a2redis data under the
+//	   prefix, for a command naming a session), nothing to redrive, redrive
+//	   declined, interrupted
 //	2  usage: unknown command or flag, wrong number of arguments, bad value
 //
 // # Examples

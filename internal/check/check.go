@@ -13,10 +13,16 @@ import (
 	"github.com/a2redis/a2redis"
 )
 
+// Invalid returns an *a2redis.ArgumentError for arg: the error every
+// refused argument gets.
+func Invalid(arg, format string, a ...any) error {
+	return &a2redis.ArgumentError{Arg: arg, Problem: fmt.Sprintf(format, a...)}
+}
+
 // Session refuses an empty session id (any other string is fine).
 func Session(session string) error {
 	if session == "" {
-		return a2redis.Invalid("session", "is empty")
+		return Invalid("session", "is empty")
 	}
 	return nil
 }
@@ -25,11 +31,11 @@ func Session(session string) error {
 func Type(arg, t string) error {
 	switch {
 	case t == "":
-		return a2redis.Invalid(arg, "is empty")
+		return Invalid(arg, "is empty")
 	case !utf8.ValidString(t):
-		return a2redis.Invalid(arg, "is not valid UTF-8")
+		return Invalid(arg, "is not valid UTF-8")
 	case t == a2redis.ClearEventType:
-		return a2redis.Invalid(arg, "%q is reserved for clear markers", t)
+		return Invalid(arg, "%q is reserved for clear markers", t)
 	}
 	return nil
 }
@@ -38,9 +44,9 @@ func Type(arg, t string) error {
 func Name(arg, name string) error {
 	switch {
 	case name == "":
-		return a2redis.Invalid(arg, "is empty")
+		return Invalid(arg, "is empty")
 	case !utf8.ValidString(name):
-		return a2redis.Invalid(arg, "is not valid UTF-8")
+		return Invalid(arg, "is not valid UTF-8")
 	}
 	return nil
 }
@@ -48,7 +54,7 @@ func Name(arg, name string) error {
 // Lane refuses a non-UTF-8 lane (empty means no lane).
 func Lane(arg, lane string) error {
 	if !utf8.ValidString(lane) {
-		return a2redis.Invalid(arg, "is not valid UTF-8")
+		return Invalid(arg, "is not valid UTF-8")
 	}
 	return nil
 }
@@ -63,10 +69,10 @@ func Cause(arg string, c a2redis.Cause) error {
 		return err
 	}
 	if c.Index < 1 {
-		return a2redis.Invalid(arg+".Index", "must be at least 1 (got %d)", c.Index)
+		return Invalid(arg+".Index", "must be at least 1 (got %d)", c.Index)
 	}
 	if c.Attempt < 1 {
-		return a2redis.Invalid(arg+".Attempt", "must be at least 1 (got %d)", c.Attempt)
+		return Invalid(arg+".Attempt", "must be at least 1 (got %d)", c.Attempt)
 	}
 	return nil
 }
@@ -76,7 +82,7 @@ func Cause(arg string, c a2redis.Cause) error {
 // Cause), or one head named twice.
 func Completions(arg string, attempts []a2redis.Cause, maxBatch int) error {
 	if len(attempts) > maxBatch {
-		return a2redis.Invalid(arg, "holds %d attempts, more than Config.MaxBatch (%d)", len(attempts), maxBatch)
+		return Invalid(arg, "holds %d attempts, more than Config.MaxBatch (%d)", len(attempts), maxBatch)
 	}
 	seen := make(map[a2redis.HeadRef]int, len(attempts))
 	for i, c := range attempts {
@@ -85,7 +91,7 @@ func Completions(arg string, attempts []a2redis.Cause, maxBatch int) error {
 			return err
 		}
 		if first, ok := seen[c.Ref()]; ok {
-			return a2redis.Invalid(at, "names the head of %s[%d] again", arg, first)
+			return Invalid(at, "names the head of %s[%d] again", arg, first)
 		}
 		seen[c.Ref()] = i
 	}
@@ -106,7 +112,7 @@ type Event struct {
 // names the batch in errors.
 func Batch(events []a2redis.Event, arg string, maxBatch int, ids func() string) ([]Event, error) {
 	if len(events) > maxBatch {
-		return nil, a2redis.Invalid(arg, "holds %d events, more than the maximum batch of %d", len(events), maxBatch)
+		return nil, Invalid(arg, "holds %d events, more than the maximum batch of %d", len(events), maxBatch)
 	}
 	out := make([]Event, len(events))
 	seen := make(map[string]int, len(events))
@@ -120,14 +126,14 @@ func Batch(events []a2redis.Event, arg string, maxBatch int, ids func() string) 
 		if len(payload) == 0 {
 			payload = json.RawMessage("null")
 		} else if !json.Valid(payload) {
-			return nil, a2redis.Invalid(at("Payload"), "is not valid JSON")
+			return nil, Invalid(at("Payload"), "is not valid JSON")
 		}
 		id := e.ID
 		if id == "" {
 			id = ids()
 		}
 		if j, dup := seen[id]; dup {
-			return nil, a2redis.Invalid(at("ID"), "repeats the id of %s[%d] (%q)", arg, j, id)
+			return nil, Invalid(at("ID"), "repeats the id of %s[%d] (%q)", arg, j, id)
 		}
 		seen[id] = i
 		if len(e.Targets) > 0 {
@@ -153,7 +159,7 @@ func Targets(arg string, targets []a2redis.Target) error {
 			return err
 		}
 		if seen[t] {
-			return a2redis.Invalid(at, "repeats target %q lane %q", t.Consumer, t.Lane)
+			return Invalid(at, "repeats target %q lane %q", t.Consumer, t.Lane)
 		}
 		seen[t] = true
 	}
@@ -168,24 +174,24 @@ func Presence(participant string, at time.Time, ttl time.Duration, values map[st
 		return nil, err
 	}
 	if at.IsZero() {
-		return nil, a2redis.Invalid("At", "is zero: the sender's clock orders presence writes")
+		return nil, Invalid("At", "is zero: the sender's clock orders presence writes")
 	}
 	if ttl <= 0 {
-		return nil, a2redis.Invalid("TTL", "must be positive (got %v)", ttl)
+		return nil, Invalid("TTL", "must be positive (got %v)", ttl)
 	}
 	if len(values) > maxBatch {
-		return nil, a2redis.Invalid("Values", "holds %d fields, more than the maximum batch of %d", len(values), maxBatch)
+		return nil, Invalid("Values", "holds %d fields, more than the maximum batch of %d", len(values), maxBatch)
 	}
 	names := make([]string, 0, len(values))
 	for name, value := range values {
 		if name == "" {
-			return nil, a2redis.Invalid("Values", "has an empty field name")
+			return nil, Invalid("Values", "has an empty field name")
 		}
 		if !utf8.ValidString(name) {
-			return nil, a2redis.Invalid(fmt.Sprintf("Values[%q]", name), "field name is not valid UTF-8")
+			return nil, Invalid(fmt.Sprintf("Values[%q]", name), "field name is not valid UTF-8")
 		}
 		if len(value) > 0 && !json.Valid(value) {
-			return nil, a2redis.Invalid(fmt.Sprintf("Values[%q]", name), "is not valid JSON")
+			return nil, Invalid(fmt.Sprintf("Values[%q]", name), "is not valid JSON")
 		}
 		names = append(names, name)
 	}
@@ -205,7 +211,7 @@ type Snapshot struct {
 // heads — and merges them per index, sorted by index.
 func Snapshots(n, maxBatch int, write func(i int) (index int64, state json.RawMessage, pins []a2redis.HeadRef)) ([]Snapshot, error) {
 	if n > maxBatch {
-		return nil, a2redis.Invalid("writes", "holds %d writes, more than the maximum batch of %d", n, maxBatch)
+		return nil, Invalid("writes", "holds %d writes, more than the maximum batch of %d", n, maxBatch)
 	}
 	byIndex := make(map[int64]*Snapshot, n)
 	seen := make(map[int64]map[a2redis.HeadRef]bool, n)
@@ -213,13 +219,13 @@ func Snapshots(n, maxBatch int, write func(i int) (index int64, state json.RawMe
 		index, state, pins := write(i)
 		at := fmt.Sprintf("writes[%d]", i)
 		if index < 0 {
-			return nil, a2redis.Invalid(at+".Index", "is negative (%d)", index)
+			return nil, Invalid(at+".Index", "is negative (%d)", index)
 		}
 		if len(state) == 0 {
-			return nil, a2redis.Invalid(at+".State", "is empty (store JSON null explicitly)")
+			return nil, Invalid(at+".State", "is empty (store JSON null explicitly)")
 		}
 		if !json.Valid(state) {
-			return nil, a2redis.Invalid(at+".State", "is not valid JSON")
+			return nil, Invalid(at+".State", "is not valid JSON")
 		}
 		s := byIndex[index]
 		if s == nil {
@@ -237,7 +243,7 @@ func Snapshots(n, maxBatch int, write func(i int) (index int64, state json.RawMe
 				return nil, err
 			}
 			if pin.Index < 1 {
-				return nil, a2redis.Invalid(pinAt+".Index", "must be at least 1 (got %d)", pin.Index)
+				return nil, Invalid(pinAt+".Index", "must be at least 1 (got %d)", pin.Index)
 			}
 			if !seen[index][pin] {
 				seen[index][pin] = true
@@ -260,7 +266,7 @@ func Expiry(now int64, ttl time.Duration, at time.Time) (int64, error) {
 		return at.UnixMilli(), nil
 	}
 	if ttl <= 0 {
-		return 0, a2redis.Invalid("TTL", "must be positive (got %v)", ttl)
+		return 0, Invalid("TTL", "must be positive (got %v)", ttl)
 	}
 	return now + max(ttl.Milliseconds(), 1), nil
 }

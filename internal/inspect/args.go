@@ -142,9 +142,9 @@ Every command but redrive only reads. Session commands first check the
 prefix's layout with a GET of <prefix>:schema and never create it.
 
 Exit codes:
-  0  ok
-  1  error: Redis unreachable, wrong password, no a2redis data under the
-     prefix, another key layout, unknown session, redrive declined …
+  0  ok (info and sessions on a prefix with no data included)
+  1  error: Redis unreachable, wrong password, another key layout, unknown
+     session (or no data under the prefix), redrive declined …
   2  usage: unknown command or flag, missing argument, bad value
 
 Examples:

@@ -99,14 +99,22 @@ func TestMissingPrefixIsNotCreated(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	c := &cli{url: "redis://" + redistest.ServerAddr(t), prefix: prefix}
 	want := `a2redis-inspect: no a2redis data under prefix "` + prefix + `" (key ` + keys.Schema(prefix) + ` does not exist): check --prefix or A2REDIS_PREFIX`
-	for _, cmd := range [][]string{{"sessions"}, {"log", "s"}, {"tail", "s"}, {"cursors", "s"}, {"dead", "s"}, {"presence", "s"}, {"redrive", "s", "c", "1", "--retry", "--yes"}} {
+	for _, cmd := range [][]string{{"log", "s"}, {"tail", "s"}, {"cursors", "s"}, {"dead", "s"}, {"presence", "s"}, {"redrive", "s", "c", "1", "--retry", "--yes"}} {
 		assert.Equal(t, want, c.run(t, "", cmd...).failed(t, ExitError), "%v", cmd)
 	}
+	// The prefix-wide commands answer instead: info with layout none,
+	// sessions with no sessions, both exit 0.
 	var doc infoDoc
 	parseJSON(t, c.run(t, "", "info", "--json").ok(t), &doc)
 	assert.Nil(t, doc.Layout)
 	assert.False(t, doc.LayoutSupported)
 	assert.Contains(t, c.run(t, "", "info").ok(t), "layout       none: no a2redis data under this prefix")
+	r := c.run(t, "", "sessions")
+	assert.Equal(t, "no sessions under prefix \""+prefix+"\"\n", r.ok(t))
+	assert.Equal(t, "(no a2redis data under prefix \""+prefix+"\" (key "+keys.Schema(prefix)+" does not exist): check --prefix or A2REDIS_PREFIX)\n", r.stderr)
+	var sessions sessionsDoc
+	parseJSON(t, c.run(t, "", "sessions", "--json").ok(t), &sessions)
+	assert.Equal(t, sessionsDoc{Prefix: prefix, Sessions: []sessionJSON{}}, sessions)
 
 	var cursor uint64
 	for {

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/keys"
-	"github.com/a2redis/a2redis/redisstore"
 )
 
 // The answers of the key-locking probe.
@@ -132,11 +132,11 @@ func (a *app) probeKeyLocking(ctx context.Context) (answer, detail string) {
 	cctx, cancel := a.call(ctx)
 	defer cancel()
 	c := a.client
-	err := c.Do(cctx, c.B().Eval().Script(a2redis.KeyLockingShebang+"\nreturn 1").Numkeys(1).Key(keys.Schema(a.opts.prefix)).Build()).Error()
+	err := c.Do(cctx, c.B().Eval().Script(scripts.KeyLockingShebang+"\nreturn 1").Numkeys(1).Key(keys.Schema(a.opts.prefix)).Build()).Error()
 	switch {
 	case err == nil:
 		return lockingYes, "the server accepts allow-key-locking (Upstash): scripts lock only their session"
-	case redisstore.IsFlagRejection(err):
+	case scripts.IsFlagRejection(err):
 		return lockingNo, "the server rejects the allow-key-locking flag (Redis, Valkey): scripts run without it"
 	}
 	return lockingUnknown, "the probe failed: " + oneLine(err.Error())

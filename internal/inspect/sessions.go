@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/keys"
 )
 
@@ -27,12 +28,15 @@ key exists.
 Columns: SESSION, HEAD (index of the newest event), CLEAR (latest clear
 marker, 0 if none), RUNNABLE (live heads: runnable or claimed) and DEAD
 (dead-lettered heads; see 'dead SESSION').
+A prefix with no a2redis data has no sessions: the list is empty and the
+exit code 0, as info reports "layout none" with exit code 0; a prefix
+holding another key layout exits 1.
 --match takes a Redis glob (* ? [abc] [^a] [a-z] \x) matched against the
 whole session id.
 JSON: {"prefix","sessions":[{"session","head","clear_index","runnable",
 "dead_lettered"}],"count","limited"}; limited is true when --limit stopped
 the scan (more sessions may exist).`,
-		need: needData,
+		need: needClient, // the layout is checked by sessions itself
 		setup: func(fs *flag.FlagSet) runner {
 			var o sessionsOptions
 			fs.IntVar(&o.limit, "limit", 0, "list at most `N` sessions (0: all)")
@@ -84,6 +88,27 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 		stream *jsonStream
 		count  int
 	)
+	found, err := a.layout(ctx)
+	if err != nil {
+		return err
+	}
+	switch found {
+	case "":
+		// Nothing under the prefix: no sessions, which is an answer, not
+		// an error (info says "layout none" the same way).
+		if a.opts.json {
+			stream = startJSONStream(a.out, sessionsHeadJSON{Prefix: a.opts.prefix}, "sessions")
+			return stream.end(sessionsTailJSON{})
+		}
+		if _, err := fmt.Fprintf(a.out, "no sessions under prefix %q\n", a.opts.prefix); err != nil {
+			return err
+		}
+		a.hint("(%s)", (&errNoData{prefix: a.opts.prefix}).Error())
+		return nil
+	case keys.Layout:
+	default:
+		return &a2redis.LayoutError{Prefix: a.opts.prefix, Found: found, Want: keys.Layout}
+	}
 	if a.opts.json {
 		stream = startJSONStream(a.out, sessionsHeadJSON{Prefix: a.opts.prefix}, "sessions")
 	} else {
@@ -94,7 +119,7 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 		tbl = newTable(a.out, empty, "SESSION", "HEAD", "CLEAR", "RUNNABLE", "DEAD")
 	}
 	limited := false
-	err := a.eachSessionPage(ctx, o.match, func(page []string) error {
+	err = a.eachSessionPage(ctx, o.match, func(page []string) error {
 		if o.limit > 0 && count+len(page) > o.limit {
 			page = page[:o.limit-count]
 		}

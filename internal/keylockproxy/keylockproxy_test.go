@@ -15,6 +15,7 @@ import (
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/keylockproxy"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -41,7 +42,7 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-const flag = a2redis.KeyLockingShebang + "\n"
+const flag = scripts.KeyLockingShebang + "\n"
 
 func TestFlaggedScriptsStayInTheirHashTag(t *testing.T) {
 	for _, resp2 := range []bool{false, true} {
@@ -74,10 +75,10 @@ func TestFlaggedScriptsStayInTheirHashTag(t *testing.T) {
 			if _, err := eval("return 1", k1); err == nil || !strings.Contains(err.Error(), "KEYLOCK") {
 				t.Errorf("an unflagged script with RequireFlag: want a refusal, got %v", err)
 			}
-			if _, err := eval(a2redis.ReadOnlyKeyLockingShebang+"\nreturn redis.call('SET', KEYS[1], 1)", k1); err == nil {
+			if _, err := eval(scripts.ReadOnlyKeyLockingShebang+"\nreturn redis.call('SET', KEYS[1], 1)", k1); err == nil {
 				t.Errorf("a no-writes script that writes: want the server's refusal")
 			}
-			if got, err := eval(a2redis.ReadOnlyKeyLockingShebang+"\nreturn redis.call('GET', KEYS[1])", k1); err != nil || got != "v" {
+			if got, err := eval(scripts.ReadOnlyKeyLockingShebang+"\nreturn redis.call('GET', KEYS[1])", k1); err != nil || got != "v" {
 				t.Errorf("a no-writes script that reads: %q, %v", got, err)
 			}
 			if s := p.Stats(); s.Flagged < 8 || s.Refused < 2 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -22,7 +23,7 @@ func (m *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 		return redisstore.AppendResult{}, err
 	}
 	if opts.OriginIndex < 0 {
-		return redisstore.AppendResult{}, a2redis.Invalid("OriginIndex", "is negative (%d)", opts.OriginIndex)
+		return redisstore.AppendResult{}, check.Invalid("OriginIndex", "is negative (%d)", opts.OriginIndex)
 	}
 	srv, err := parseServed(opts.Consumers)
 	if err != nil {

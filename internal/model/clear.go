@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -18,7 +19,7 @@ func (m *Store) Clear(ctx context.Context, session string, opts redisstore.Clear
 		return redisstore.ClearResult{}, err
 	}
 	if opts.IfLastIndex != nil && *opts.IfLastIndex < 0 {
-		return redisstore.ClearResult{}, a2redis.Invalid("IfLastIndex", "is negative (%d)", *opts.IfLastIndex)
+		return redisstore.ClearResult{}, check.Invalid("IfLastIndex", "is negative (%d)", *opts.IfLastIndex)
 	}
 	if opts.Cause != nil {
 		if err := checkCause("Cause", *opts.Cause); err != nil {

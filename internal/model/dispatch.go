@@ -65,17 +65,17 @@ func (m *Store) ClaimAvailable(ctx context.Context, req redisstore.ClaimRequest)
 		return redisstore.ClaimResult{}, err
 	}
 	if req.MaxFailures < 0 {
-		return redisstore.ClaimResult{}, a2redis.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
+		return redisstore.ClaimResult{}, check.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
 	}
 	if req.Through < 0 {
-		return redisstore.ClaimResult{}, a2redis.Invalid("Through", "is negative (%d)", req.Through)
+		return redisstore.ClaimResult{}, check.Invalid("Through", "is negative (%d)", req.Through)
 	}
 	limit := req.Limit
 	if limit == 0 {
 		limit = m.cfg.ClaimLimit
 	}
 	if limit < 0 {
-		return redisstore.ClaimResult{}, a2redis.Invalid("Limit", "is negative (%d)", limit)
+		return redisstore.ClaimResult{}, check.Invalid("Limit", "is negative (%d)", limit)
 	}
 	srv, err := parseServed(req.Consumers)
 	if err != nil {
@@ -275,7 +275,7 @@ func (m *Store) CompleteAttempt(ctx context.Context, req redisstore.CompleteRequ
 	}
 	for i, e := range req.Events {
 		if e.Cause != nil {
-			return redisstore.CompleteResult{}, a2redis.Invalid(fmt.Sprintf("Events[%d].Cause", i), "is set: returned events take the completed attempt as their cause")
+			return redisstore.CompleteResult{}, check.Invalid(fmt.Sprintf("Events[%d].Cause", i), "is set: returned events take the completed attempt as their cause")
 		}
 	}
 	now := m.now()
@@ -411,10 +411,10 @@ func (m *Store) FailAttempt(ctx context.Context, req redisstore.FailRequest) (re
 		return redisstore.FailResult{}, err
 	}
 	if req.MaxFailures < 1 {
-		return redisstore.FailResult{}, a2redis.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
+		return redisstore.FailResult{}, check.Invalid("MaxFailures", "must be at least 1 (got %d)", req.MaxFailures)
 	}
 	if req.RetryAfter < 0 {
-		return redisstore.FailResult{}, a2redis.Invalid("RetryAfter", "is negative (%v)", req.RetryAfter)
+		return redisstore.FailResult{}, check.Invalid("RetryAfter", "is negative (%v)", req.RetryAfter)
 	}
 	now := m.now()
 	m.mu.Lock()
@@ -504,10 +504,10 @@ func (m *Store) Redrive(ctx context.Context, req redisstore.RedriveRequest) (red
 		return redisstore.RedriveResult{}, err
 	}
 	if req.Index < 1 {
-		return redisstore.RedriveResult{}, a2redis.Invalid("Index", "must be at least 1 (got %d)", req.Index)
+		return redisstore.RedriveResult{}, check.Invalid("Index", "must be at least 1 (got %d)", req.Index)
 	}
 	if req.Action != redisstore.Retry && req.Action != redisstore.Skip {
-		return redisstore.RedriveResult{}, a2redis.Invalid("Action", "must be %q or %q (got %q)", redisstore.Retry, redisstore.Skip, req.Action)
+		return redisstore.RedriveResult{}, check.Invalid("Action", "must be %q or %q (got %q)", redisstore.Retry, redisstore.Skip, req.Action)
 	}
 	srv, err := parseServed(req.Consumers)
 	if err != nil {
@@ -550,7 +550,7 @@ func (m *Store) WakeLog(ctx context.Context, session string, consumer a2redis.Co
 		return redisstore.WakeLogResult{}, err
 	}
 	if consumer.Log == nil {
-		return redisstore.WakeLogResult{}, a2redis.Invalid("consumer.Log", "is nil: WakeLog needs a log consumer")
+		return redisstore.WakeLogResult{}, check.Invalid("consumer.Log", "is nil: WakeLog needs a log consumer")
 	}
 	srv, err := parseServed([]a2redis.Consumer{consumer})
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -197,7 +198,7 @@ func (m *Store) ReadPages(ctx context.Context, session string, after, through in
 		return err
 	}
 	if after < 0 || through < 0 {
-		return a2redis.Invalid("after/through", "negative index (%d, %d)", after, through)
+		return check.Invalid("after/through", "negative index (%d, %d)", after, through)
 	}
 	m.mu.Lock()
 	var events []a2redis.StoredEvent
@@ -236,7 +237,7 @@ func (m *Store) ReadTail(ctx context.Context, session string, limit int) ([]a2re
 		return nil, err
 	}
 	if limit < 1 {
-		return nil, a2redis.Invalid("limit", "must be at least 1 (got %d)", limit)
+		return nil, check.Invalid("limit", "must be at least 1 (got %d)", limit)
 	}
 	limit = min(limit, 1000)
 	m.mu.Lock()

@@ -160,7 +160,7 @@ func (m *Store) ReadState(ctx context.Context, session, reducerName string, opts
 		return redisstore.State{}, err
 	}
 	if opts.Through < 0 {
-		return redisstore.State{}, a2redis.Invalid("Through", "is negative (%d)", opts.Through)
+		return redisstore.State{}, check.Invalid("Through", "is negative (%d)", opts.Through)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -1,6 +1,10 @@
 // Package dockertarget starts a Redis-compatible server from a container
-// image for tests, using testcontainers-go. It lives apart from package
-// redistest so that ordinary test binaries do not link testcontainers.
+// image for tests, using testcontainers-go. It is a module of its own
+// (github.com/a2redis/a2redis/internal/redistest/dockertarget, run by
+// `make test`), with the conformance runs on Docker images, so that
+// testcontainers-go and its ~50 modules stay out of the a2redis module's
+// requirements and so out of what an application importing a2redis
+// downloads.
 //
 // When no Docker engine answers (checked once per test binary, within about
 // two seconds), [Start] skips the test. This holds with CI=true too: the CI

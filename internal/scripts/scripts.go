@@ -1,8 +1,16 @@
-package a2redis
+// Package scripts composes the store's Lua scripts: it resolves the
+// `--@include` lines of lua/*.lua against lua/include/, drops the include
+// functions a script never calls (Shake), and builds each script once
+// without and once with Upstash's key-locking shebang.
+//
+// The scripts live in the repository's lua/ folder, which only the root
+// package can embed (a go:embed pattern cannot name a parent directory):
+// package a2redis hands the embedded folder over with SetSource from its
+// init, which runs before any package that imports a2redis.
+package scripts
 
 import (
 	"bufio"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,9 +22,6 @@ import (
 	"github.com/redis/rueidis"
 )
 
-//go:embed lua/*.lua lua/include/*.lua
-var luaFiles embed.FS
-
 // The shebangs that let Upstash lock only a script's hash tags instead of the
 // whole database. Redis and Valkey reject the flag; see the key-locking probe
 // in redisstore.
@@ -24,6 +29,19 @@ const (
 	KeyLockingShebang         = "#!lua flags=allow-key-locking"
 	ReadOnlyKeyLockingShebang = "#!lua flags=no-writes,allow-key-locking"
 )
+
+// IsFlagRejection reports whether err is a server's rejection of the
+// key-locking shebang: Redis and Valkey reject the flag itself, miniredis
+// any shebang at all.
+func IsFlagRejection(err error) bool {
+	var reply *rueidis.RedisError
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "shebang") || strings.Contains(msg, "near '#'") ||
+		strings.Contains(msg, "unexpected flag") || strings.Contains(msg, "unknown lua flag")
+}
 
 // Script is one composed Lua script: its source with every include resolved,
 // built once without and once with the key-locking shebang.
@@ -51,26 +69,37 @@ func (s *Script) Lua(keyLocking bool) *rueidis.Lua {
 	return s.plain
 }
 
-// Scripts holds every script of lua/, by name.
-var Scripts = mustLoadScripts()
+// all holds the scripts SetSource composed.
+var all map[string]*Script
 
-func mustLoadScripts() map[string]*Script {
-	sub, err := fs.Sub(luaFiles, "lua")
+// SetSource composes every script of fsys (see Load) for All: the
+// repository's lua/ folder, with the scripts at its top and the includes in
+// include/. Package a2redis calls it from its init with the embedded folder,
+// so All is set before any code that imports a2redis runs. It panics when a
+// script does not compose; the tests compose every script, so a released
+// build never does.
+func SetSource(fsys fs.FS) {
+	scripts, err := Load(fsys)
 	if err != nil {
 		panic(err)
 	}
-	scripts, err := LoadScripts(sub)
-	if err != nil {
-		panic(err)
-	}
-	return scripts
+	all = scripts
 }
 
-// LoadScripts composes every top-level *.lua file of fsys, resolving
+// All returns every composed script, by name. It panics when no source was
+// set, which means package a2redis is not linked into the program.
+func All() map[string]*Script {
+	if all == nil {
+		panic("a2redis: no Lua scripts: package github.com/a2redis/a2redis sets them from its init")
+	}
+	return all
+}
+
+// Load composes every top-level *.lua file of fsys, resolving
 // `--@include NAME` lines against include/NAME.lua. Each include is composed
 // once, before the code that includes it; a missing or circular include is
 // an error. A `--@readonly` line marks a read-only script.
-func LoadScripts(fsys fs.FS) (map[string]*Script, error) {
+func Load(fsys fs.FS) (map[string]*Script, error) {
 	names, err := fs.Glob(fsys, "*.lua")
 	if err != nil {
 		return nil, err
