@@ -684,7 +684,7 @@ func (s *Store) CompleteAndClaim(ctx context.Context, req CompleteAttemptsReques
 		return CompleteAndClaimResult{}, err
 	}
 	if next.TTL <= 0 {
-		return CompleteAndClaimResult{}, a2redis.Invalid("TTL", "must be positive (got %v)", next.TTL)
+		return CompleteAndClaimResult{}, check.Invalid("TTL", "must be positive (got %v)", next.TTL)
 	}
 	results, claimed, err := s.completeAttempts(ctx, req, &next)
 	return CompleteAndClaimResult{Results: results, Next: claimed}, err

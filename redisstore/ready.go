@@ -13,6 +13,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/keys"
 )
 
@@ -105,7 +107,7 @@ func (s *Store) applyReady(ctx context.Context, shard int, updates []readyUpdate
 			}
 			args = append(args, u.session, u.version, u.at, due)
 		}
-		script := a2redis.Scripts["ready_index"]
+		script := scripts.All()["ready_index"]
 		if err := script.Lua(locking).Exec(ctx, s.client, []string{r.Index()}, args).Error(); err != nil {
 			return fmt.Errorf("a2redis: updating ready index shard %d: %w", shard, err)
 		}
@@ -126,7 +128,7 @@ func (s *Store) claimReadyShards(ctx context.Context) error {
 		return fmt.Errorf("a2redis: reading the ready shards of prefix %q: %w", s.cfg.Prefix, err)
 	}
 	if found != want {
-		return a2redis.Invalid("Config.ReadyShards", "is %d, but prefix %q was set up with %s shards: every store on a prefix must use the same number", s.cfg.ReadyShards, s.cfg.Prefix, found)
+		return check.Invalid("Config.ReadyShards", "is %d, but prefix %q was set up with %s shards: every store on a prefix must use the same number", s.cfg.ReadyShards, s.cfg.Prefix, found)
 	}
 	return nil
 }
@@ -153,10 +155,10 @@ type ReadySession struct {
 // page may hold more than limit.
 func (s *Store) ReadyPage(ctx context.Context, shard int, after time.Time, limit int) ([]ReadySession, time.Time, error) {
 	if shard < 0 || shard >= s.cfg.ReadyShards {
-		return nil, time.Time{}, a2redis.Invalid("shard", "must be in [0, %d) (got %d)", s.cfg.ReadyShards, shard)
+		return nil, time.Time{}, check.Invalid("shard", "must be in [0, %d) (got %d)", s.cfg.ReadyShards, shard)
 	}
 	if limit <= 0 {
-		return nil, time.Time{}, a2redis.Invalid("limit", "must be positive (got %d)", limit)
+		return nil, time.Time{}, check.Invalid("limit", "must be positive (got %d)", limit)
 	}
 	min := "-inf"
 	if !after.IsZero() {
@@ -352,7 +354,7 @@ func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 		return ClaimNextResult{}, err
 	}
 	if req.TTL <= 0 {
-		return ClaimNextResult{}, a2redis.Invalid("TTL", "must be positive (got %v)", req.TTL)
+		return ClaimNextResult{}, check.Invalid("TTL", "must be positive (got %v)", req.TTL)
 	}
 	claim := func(session string) (ClaimResult, error) {
 		return s.ClaimAvailable(ctx, ClaimRequest{
@@ -608,7 +610,7 @@ func escapeGlob(s string) string {
 // the pass.
 func (s *Store) TryRepairReady(ctx context.Context, every time.Duration) (bool, RepairStats, error) {
 	if every <= 0 {
-		return false, RepairStats{}, a2redis.Invalid("every", "must be positive (got %v)", every)
+		return false, RepairStats{}, check.Invalid("every", "must be positive (got %v)", every)
 	}
 	c := s.client
 	err := c.Do(ctx, c.B().Set().Key(keys.RepairLock(s.cfg.Prefix)).Value(strconv.FormatInt(s.now(), 10)).Nx().Px(every).Build()).Error()

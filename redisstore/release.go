@@ -55,7 +55,7 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) ([]ReleaseOutco
 		return nil, err
 	}
 	if req.Delay < 0 {
-		return nil, a2redis.Invalid("Delay", "is negative (%v)", req.Delay)
+		return nil, check.Invalid("Delay", "is negative (%v)", req.Delay)
 	}
 	if len(req.Attempts) == 0 {
 		return []ReleaseOutcome{}, nil
@@ -117,7 +117,7 @@ func (s *Store) checkDeclared(field, name string) error {
 	if s.declared(name) {
 		return nil
 	}
-	return a2redis.Invalid(field, "names consumer %q, which Config.Consumers does not declare", name)
+	return check.Invalid(field, "names consumer %q, which Config.Consumers does not declare", name)
 }
 
 func (s *Store) checkDeclaredCauses(field string, causes []a2redis.Cause) error {

@@ -166,13 +166,13 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 		cfg.ReadyShards = keys.DefaultReadyShards
 	}
 	if cfg.ReadyShards < 0 || cfg.ReadyShards > 1024 {
-		return nil, a2redis.Invalid("Config.ReadyShards", "must be in [1, 1024] (got %d)", cfg.ReadyShards)
+		return nil, check.Invalid("Config.ReadyShards", "must be in [1, 1024] (got %d)", cfg.ReadyShards)
 	}
 	if cfg.ReadyWait == 0 {
 		cfg.ReadyWait = DefaultReadyWait
 	}
 	if cfg.ReadyWait < 0 {
-		return nil, a2redis.Invalid("Config.ReadyWait", "is negative")
+		return nil, check.Invalid("Config.ReadyWait", "is negative")
 	}
 	if _, err := servedArg(cfg.Consumers); err != nil {
 		return nil, fmt.Errorf("Config.Consumers: %w", err)

@@ -63,7 +63,7 @@ func (m *Store) Release(ctx context.Context, req redisstore.ReleaseRequest) ([]r
 		return nil, err
 	}
 	if req.Delay < 0 {
-		return nil, a2redis.Invalid("Delay", "is negative (%v)", req.Delay)
+		return nil, check.Invalid("Delay", "is negative (%v)", req.Delay)
 	}
 	out := make([]redisstore.ReleaseOutcome, len(req.Attempts))
 	if len(req.Attempts) == 0 {
