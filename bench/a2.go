@@ -70,7 +70,7 @@ func a2Scenarios(latencyEvents int) []*scenario {
 			list = append(list, &scenario{
 				id: fmt.Sprintf("a2redis/ordered/lanes=%d/sessions=%d", lanes, s), system: SystemA2, kind: KindProcess,
 				title:  fmt.Sprintf("Lane cursors, %d lane(s) per session, one handler per lane, over %s", lanes, sessionsText(s)),
-				events: events, ceiling: "streams/group", asynq: "asynq/process/concurrency=16",
+				events: events, ceiling: "streams/group", asynq: orderedReference(lanes),
 				run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
 					return a2Ordered(ctx, h, n, lanes, s)
 				},
@@ -337,11 +337,21 @@ func a2Ordered(ctx context.Context, h *harness, n, lanes, sessions int) (Measure
 	})
 }
 
+// orderedReference is the asynq run an ordered scenario is compared with:
+// Concurrency 1 (asynq's only way to keep order) for a single lane.
+func orderedReference(lanes int) string {
+	if lanes == 1 {
+		return "asynq/process/concurrency=1"
+	}
+	return "asynq/process/concurrency=16"
+}
+
 // drainLanes handles every lane head of the sessions: one worker per
-// session claims every runnable lane head in one call (limit = lanes) and
-// completes them concurrently, one goroutine per lane, then claims again.
-// Only a lane's head is ever runnable, so at most one event per lane is in
-// hand at a time: the order guarantee, with one handler per lane.
+// session claims every runnable lane head in one call (limit = lanes),
+// then completes them together with CompleteAndClaim, which claims each
+// lane's next head in the same script call, and goes on with those. Only a
+// lane's head is ever runnable, so at most one event per lane is in hand
+// at a time: the order guarantee, with one handler per lane.
 func drainLanes(ctx context.Context, st *redisstore.Store, sessions []string, lanes int) (handled, claims int64, err error) {
 	var nHandled, nClaims atomic.Int64
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -362,12 +372,28 @@ func drainLanes(ctx context.Context, st *redisstore.Store, sessions []string, la
 					return
 				}
 				// One head per lane; the handlers return nothing, so the
-				// heads complete together.
-				if err := completeAll(ctx, st, session, res.Heads); err != nil {
-					cancel(err)
-					return
+				// heads complete together, and the lanes' next heads come
+				// back claimed.
+				heads := res.Heads
+				for len(heads) > 0 && ctx.Err() == nil {
+					done := make([]redisstore.Completion, len(heads))
+					for i, h := range heads {
+						done[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+					}
+					r, err := st.CompleteAndClaim(ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: done}, redisstore.NextClaim{Holder: "w-" + session, TTL: a2LeaseTTL})
+					if err != nil {
+						cancel(err)
+						return
+					}
+					for _, one := range r.Results {
+						if one.Outcome != redisstore.Completed {
+							cancel(fmt.Errorf("completion %v", one.Outcome))
+							return
+						}
+					}
+					nHandled.Add(int64(len(heads)))
+					heads = r.Next.Heads
 				}
-				nHandled.Add(int64(len(res.Heads)))
 			}
 		}()
 	}

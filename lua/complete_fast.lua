@@ -160,5 +160,7 @@ sliced('ZADD', session .. 'runnable', moved)
 sliced('ZREM', session .. 'runnable', removed)
 if idle > 0 then redis.call('SET', session .. 'live', int(live - idle)) end
 if claimed then outcomes[#outcomes + 1] = claimed end
-outcomes[#outcomes + 1] = ready_mark(session, tonumber(now), false, bounds[4], true, #moved > 0 and not (claimed and #claimed > 0))
+local claimed_until = claimed and #claimed > 0 and tonumber(ARGV[5 + 4 * k]) or nil
+outcomes[#outcomes + 1] = ready_mark(session, tonumber(now), false, bounds[4], true,
+  #moved > 0 and not claimed_until, claimed_until)
 return outcomes
