@@ -81,8 +81,7 @@ func (s *Store) noteReady(ctx context.Context, session, mark string) {
 // readyBatch is how many session updates one ready_index call carries.
 const readyBatch = 128
 
-// applyReady sends updates of one shard's sessions, readyBatch per call,
-// and returns how many the shard applied.
+// applyReady sends updates of one shard's sessions, readyBatch per call.
 func (s *Store) applyReady(ctx context.Context, shard int, updates []readyUpdate) error {
 	r := keys.ReadyFor(s.cfg.Prefix, shard)
 	channel, sharded := r.WorkChannel(), "0"
@@ -485,6 +484,7 @@ const repairPage = 1000
 // pass.
 func (s *Store) RepairReady(ctx context.Context) (RepairStats, error) {
 	var st RepairStats
+	pending := map[int][]readyUpdate{}
 	pattern := escapeGlob(s.cfg.Prefix) + ":{*}:listed"
 	for _, node := range s.masters(ctx) {
 		var cursor uint64
@@ -496,7 +496,7 @@ func (s *Store) RepairReady(ctx context.Context) (RepairStats, error) {
 			if err != nil {
 				return st, fmt.Errorf("a2redis: repair scan: %w", err)
 			}
-			if err := s.repairKeys(ctx, entry.Elements, &st); err != nil {
+			if err := s.repairKeys(ctx, entry.Elements, &st, pending); err != nil {
 				return st, err
 			}
 			if cursor = entry.Cursor; cursor == 0 {
@@ -504,10 +504,18 @@ func (s *Store) RepairReady(ctx context.Context) (RepairStats, error) {
 			}
 		}
 	}
+	for shard, updates := range pending {
+		if err := s.applyReady(ctx, shard, updates); err != nil {
+			return st, err
+		}
+		st.Sent += len(updates)
+	}
 	return st, nil
 }
 
-func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats) error {
+// repairKeys reads the listed records among names and queues their states
+// per shard in pending, sending a shard's queue once it fills a call.
+func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats, pending map[int][]readyUpdate) error {
 	var sessions []string
 	cmds := make(rueidis.Commands, 0, len(names))
 	c := s.client
@@ -523,7 +531,6 @@ func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats)
 		return nil
 	}
 	now := s.now()
-	byShard := map[int][]readyUpdate{}
 	for i, reply := range c.DoMulti(ctx, cmds...) {
 		text, err := reply.ToString()
 		if rueidis.IsRedisNil(err) {
@@ -544,13 +551,14 @@ func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats)
 			due = err == nil && ms <= now
 		}
 		shard := keys.ReadyShard(sessions[i], s.cfg.ReadyShards)
-		byShard[shard] = append(byShard[shard], readyUpdate{session: sessions[i], version: version, at: at, due: due})
-	}
-	for shard, updates := range byShard {
-		if err := s.applyReady(ctx, shard, updates); err != nil {
-			return err
+		pending[shard] = append(pending[shard], readyUpdate{session: sessions[i], version: version, at: at, due: due})
+		if len(pending[shard]) >= readyBatch {
+			if err := s.applyReady(ctx, shard, pending[shard]); err != nil {
+				return err
+			}
+			st.Sent += len(pending[shard])
+			pending[shard] = nil
 		}
-		st.Sent += len(updates)
 	}
 	return nil
 }
