@@ -461,6 +461,14 @@ func (s *Store) resyncReady(ctx context.Context, session string) error {
 	return err
 }
 
+// resyncLost lists a session again after a write whose reply was lost,
+// within ReadyWait.
+func (s *Store) resyncLost(session string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReadyWait)
+	defer cancel()
+	_ = s.resyncReady(ctx, session)
+}
+
 // RepairStats reports what a RepairReady pass did.
 type RepairStats struct {
 	// Sessions is how many sessions' records were read.

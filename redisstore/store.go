@@ -273,6 +273,13 @@ func (s *Store) run(ctx context.Context, name, session string, args []string) ([
 	res := script.Lua(locking).Exec(ctx, s.client, []string{s.keys(session).Count()}, args)
 	msg, err := res.ToMessage()
 	if err != nil {
+		if _, reply := rueidis.IsRedisErr(err); !script.ReadOnly && !reply {
+			// The write may have committed with its reply lost: its ready
+			// mark with it. List the session again from its true state
+			// (harmless when nothing was written); RepairReady covers a
+			// resync that fails too.
+			go s.resyncLost(session)
+		}
 		return nil, fmt.Errorf("a2redis: %s script in session %q: %w", name, session, err)
 	}
 	if !msg.IsArray() {
