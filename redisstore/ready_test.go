@@ -485,3 +485,43 @@ func TestCompleteAndClaimRunsALaneInOneCallPerEvent(t *testing.T) {
 		assert.Equal(t, redisstore.Settled, r.Next.Outcome, "nothing completed, nothing claimed")
 	})
 }
+
+// A work watch survives a killed connection: every shard reports a gap
+// again once resubscribed (so the worker reads the index: a wake-up lost in
+// the gap costs a read, never work), and announcements flow again.
+func TestWorkWatchSurvivesKilledConnections(t *testing.T) {
+	c := privateServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := redisstore.New(ctx, c, redisstore.Config{Prefix: redistest.Prefix(t)})
+	require.NoError(t, err)
+	notices := make(chan notify.WorkNotice, 64)
+	w := notify.NewWorkWatcher(c, s.Prefix(), s.ReadyShards(), notify.SubscriberOptions{})
+	go func() { _ = w.Watch(ctx, func(n notify.WorkNotice) error { notices <- n; return nil }) }()
+	gaps := func(why string) {
+		t.Helper()
+		seen := map[int]bool{}
+		for len(seen) < s.ReadyShards() {
+			select {
+			case n := <-notices:
+				require.True(t, n.Gap, "%s: %+v", why, n)
+				seen[n.Shard] = true
+			case <-ctx.Done():
+				t.Fatalf("%s: only %d of %d shards reported a gap", why, len(seen), s.ReadyShards())
+			}
+		}
+	}
+	gaps("subscribed")
+	killed, err := c.Do(ctx, c.B().ClientKill().TypePubsub().Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(s.ReadyShards()), killed, "one subscription connection per shard")
+	gaps("resubscribed after the kill")
+	_, err = s.Append(ctx, "after", []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	select {
+	case n := <-notices:
+		require.Equal(t, notify.WorkNotice{Shard: keys.ReadyShard("after", s.ReadyShards()), Session: "after"}, n)
+	case <-ctx.Done():
+		t.Fatal("no wake-up after the reconnect")
+	}
+}
