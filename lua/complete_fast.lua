@@ -160,7 +160,7 @@ sliced('ZADD', session .. 'runnable', moved)
 sliced('ZREM', session .. 'runnable', removed)
 if idle > 0 then redis.call('SET', session .. 'live', int(live - idle)) end
 if claimed then outcomes[#outcomes + 1] = claimed end
-local claimed_until = claimed and #claimed > 0 and tonumber(ARGV[5 + 4 * k]) or nil
+local claimed_until = claimed and #claimed > 0 and tonumber(ARGV[5 + 4 * k]) or false
 outcomes[#outcomes + 1] = ready_mark(session, tonumber(now), false, bounds[4], true,
-  #moved > 0 and not claimed_until, claimed_until)
+  #moved > 0 and not claimed_until, claimed_until, live - idle)
 return outcomes

@@ -48,4 +48,4 @@ commit()
 local reply = { int(#renewed) }
 for _, position in ipairs(renewed) do reply[#reply + 1] = position end
 for _, position in ipairs(superseded) do reply[#reply + 1] = position end
-return with_ready(reply, now, false, #renewed > 0 and tonumber(expires_at) or nil)
+return with_ready(reply, now, false, #renewed > 0 and tonumber(expires_at) or false)

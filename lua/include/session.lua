@@ -308,10 +308,11 @@ end
 
 -- The reply of a write, with the ready mark appended once the runnable set
 -- changed (util's ready_mark). `bump` for a claim, the one write here that
--- makes free heads un-free; `held_until` as ready_mark's. Call after
--- commit().
-local function with_ready(reply, now, bump, held_until)
+-- makes free heads un-free; `holds` as ready_mark's. Call after commit().
+local function with_ready(reply, now, bump, holds)
+  -- The live count is known once read_bounds ran (it read listed too).
+  local live_after = listed_value ~= nil and live or nil
   reply[#reply + 1] = ready_touched and
-    ready_mark(SESSION, tonumber(now), bump, listed_value, not bump, added_free, held_until) or READY_MARK
+    ready_mark(SESSION, tonumber(now), bump, listed_value, not bump, added_free, holds, live_after) or READY_MARK
   return reply
 end

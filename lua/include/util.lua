@@ -79,12 +79,12 @@ end
 -- `listed` is the listed key's value as the script read it (false: none;
 -- nil: read it here). `keeps_free`: the write made no free head un-free
 -- (every write but a claim and a clear); `added_free`: it made a head free.
--- `held_until`: the write left a head held until then (it claimed or
--- renewed one), and gave no head an earlier hold.
--- With those, a session that had a free head, or got one, or stays held,
--- needs no read of its runnable set.
+-- `holds`: the earliest end of a hold the write set (false: it set none;
+-- nil: not known); `live_after`: the session's live heads after the write
+-- (nil: not known). With those, a session that had a free head, or got
+-- one, or stays held, or has none left, needs no read of its runnable set.
 local READY_MARK = '\1R'
-local function ready_mark(session, now, bump, listed, keeps_free, added_free, held_until)
+local function ready_mark(session, now, bump, listed, keeps_free, added_free, holds, live_after)
   local key = session .. 'listed'
   if listed == nil then listed = redis.call('GET', key) end
   local version, was, free = 0, false, false
@@ -93,11 +93,16 @@ local function ready_mark(session, now, bump, listed, keeps_free, added_free, he
     version, was, free = tonumber(v), tonumber(a) or false, f == '1'
   end
   local at, now_free
-  if keeps_free and free then
+  if live_after == 0 then
+    -- No live head left: no work, nothing to read.
+    at, now_free = false, false
+  elseif keeps_free and free then
     return READY_MARK
-  elseif keeps_free and held_until and not added_free and was and was > now and held_until >= was then
-    -- Held before, a head still held no earlier, none freed: the earlier
-    -- end stays listed (see below), so nothing to read.
+  elseif keeps_free and holds ~= nil and not added_free and not free and was and was > now and
+         (live_after or 0) > 0 and (holds == false or holds >= was) then
+    -- Held before and a head still live, none freed, no hold set earlier
+    -- than the listed end: the earlier end stays listed (see below), so
+    -- nothing to read.
     return READY_MARK
   elseif keeps_free and added_free then
     at, now_free = (was and was <= now) and was or now, true
