@@ -99,7 +99,7 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 	}
 	reply, err := s.runIndexed(ctx, "append", session, args)
 	if err != nil {
-		return AppendResult{}, err
+		return AppendResult{}, writeError(session, batch, err)
 	}
 	return s.appendResult(ctx, session, events, batch, now, reply)
 }

@@ -129,6 +129,8 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		args = append(args, ref.Consumer, tag)
 	}
 	reply, err := s.claimRun(ctx, req.Session, args, served == "" && len(req.Exclude) == 0)
+	// An unreplicated claim holds its heads all the same: report them.
+	notReplicated := notReplicatedOnly(reply, &err)
 	if err != nil {
 		return ClaimResult{}, err
 	}
@@ -137,12 +139,15 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		Holder: req.Holder, ClaimExpiresAt: time.UnixMilli(expires),
 	}
 	r, err := claimResult(req.Session, reply, fresh)
-	if err != nil || r.Outcome != Claimed {
-		return r, err
+	if err == nil && r.Outcome == Claimed {
+		s.noteLogCursors(r.Heads)
+		s.noteLogCursors(r.DeadLettered)
+		err = s.claimedEvents(ctx, req.Session, &r)
 	}
-	s.noteLogCursors(r.Heads)
-	s.noteLogCursors(r.DeadLettered)
-	return r, s.claimedEvents(ctx, req.Session, &r)
+	if err == nil {
+		err = notReplicated
+	}
+	return r, err
 }
 
 // claimRun runs a claim: with every consumer served and nothing excluded,
@@ -289,7 +294,7 @@ func (s *Store) claimedEvents(ctx context.Context, session string, r *ClaimResul
 		first = last + 1
 	}
 	events := make(map[int64]a2redis.StoredEvent, len(indexes))
-	for _, res := range s.client.DoMulti(ctx, cmds...) {
+	for _, res := range s.doMulti(ctx, cmds...) {
 		entries, err := res.ToArray()
 		if err != nil {
 			return err
@@ -522,7 +527,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 		}
 	}
 	if err != nil {
-		return CompleteResult{}, err
+		return CompleteResult{}, writeError(req.Session, batch, err)
 	}
 	switch word(reply, 0) {
 	case "ok":
