@@ -80,7 +80,12 @@ type ClaimResult struct {
 // ClaimAvailable claims every eligible head of a session for a holder, up to
 // the limit: live, served, not excluded, at or below Through, and not held
 // by an unexpired claim or retry hold. Each claim bumps the head's attempt;
-// a lapsed claim taken over counts a failure.
+// a lapsed claim taken over counts a failure. A claim whose outcome is
+// unknown (its connection failed) is not retried, since a second one would
+// bump the attempts again: the error reaches the caller, and heads it may
+// have claimed are taken over once the lease lapses. With
+// Config.Durability, a claim not acknowledged in time returns its result
+// together with an a2redis.ErrNotReplicated error: the heads are held.
 func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return ClaimResult{}, err
@@ -484,6 +489,8 @@ type CompleteResult struct {
 // atomic step. A retry after a lost acknowledgement replays the committed
 // events; a retry with other ids fails with ErrPartialDuplicateBatch; a
 // stale attempt is superseded; an index with no event fails with ErrNoEvent.
+// A completion returning events that the store gave up on fails with an
+// *a2redis.BatchError carrying the returned events' ids.
 func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (CompleteResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return CompleteResult{}, err

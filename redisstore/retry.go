@@ -347,13 +347,15 @@ func (s *Store) checkDurability(ctx context.Context) error {
 	}
 	c := s.client
 	name, cmd := "WAIT", c.B().Wait().Numreplicas(0).Timeout(1).Build()
-	field := "Config.Durability.Replicas"
+	field, needs := "Config.Durability.Replicas", "WAIT"
 	if d.AOF {
-		name, cmd, field = "WAITAOF", c.B().Waitaof().Numlocal(0).Numreplicas(0).Timeout(1).Build(), "Config.Durability.AOF"
+		// WAITAOF 1 also fails on a server without appendonly yes.
+		name, cmd = "WAITAOF", c.B().Waitaof().Numlocal(1).Numreplicas(0).Timeout(1).Build()
+		field, needs = "Config.Durability.AOF", "WAITAOF (Redis 7.2+, with appendonly yes)"
 	}
 	err := c.Do(ctx, cmd).Error()
 	if _, ok := rueidis.IsRedisErr(err); ok {
-		return a2redis.Invalid(field, "needs %s, which the server refused (%v)", name, err)
+		return a2redis.Invalid(field, "needs %s, which the server refused: %v", needs, err)
 	}
 	if err != nil {
 		return fmt.Errorf("a2redis: asking the server for %s: %w", name, err)
