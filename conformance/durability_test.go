@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -89,7 +90,7 @@ func TestDurabilityReplica(t *testing.T) {
 	// Back: the replica resynchronises; the retry with the same ids
 	// replays the batch and is acknowledged.
 	replica.Restart()
-	redistest.WaitReplicaOnline(t, master)
+	redistest.WaitReplicaOnline(t, master, replica)
 	res, err := store.Append(ctx, "s1", batch.WithIDs(events), redisstore.AppendOptions{})
 	require.NoError(t, err)
 	assert.True(t, res.Replayed)
@@ -162,3 +163,95 @@ func versionBefore(v string, major, minor int) bool {
 	return a < major || (a == major && b < minor)
 }
 
+
+// replOffset reads a field of INFO replication as a number.
+func replOffset(ctx context.Context, t *testing.T, c rueidis.Client, field string) int64 {
+	t.Helper()
+	info, err := c.Do(ctx, c.B().Info().Section("replication").Build()).ToString()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			var n int64
+			_, err := fmt.Sscan(v, &n)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO replication", field)
+	return 0
+}
+
+// TestDurabilityFailover is the failover of a replica that stopped
+// receiving: it is promoted (REPLICAOF NO ONE) while the old master still
+// takes writes, then the old master goes away. Without Durability, the
+// appends the old master acknowledged after the cut are lost, and the
+// promoted replica gives their indexes to new events. With Durability
+// {Replicas: 1}, the same appends fail with ErrNotReplicated instead, and
+// every append that was acknowledged survives.
+func TestDurabilityFailover(t *testing.T) {
+	t.Parallel()
+	master, replica := redistest.SpawnReplicated(t)
+	oldClient := faultClient(t, master.Addr())
+	newClient := faultClient(t, replica.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prefix := Prefix(t)
+	plain, err := redisstore.New(ctx, oldClient, redisstore.Config{Prefix: prefix, PublishWait: -1})
+	require.NoError(t, err)
+	durable, err := redisstore.New(ctx, oldClient, redisstore.Config{Prefix: prefix, PublishWait: -1,
+		Durability: redisstore.Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
+	require.NoError(t, err)
+
+	acked := map[string]map[string]int64{"plain": {}, "durable": {}}
+	var notReplicated int
+	appendAll := func(from, to int) {
+		for i := from; i <= to; i++ {
+			for name, store := range map[string]*redisstore.Store{"plain": plain, "durable": durable} {
+				res, err := store.Append(ctx, name, []a2redis.Event{{ID: fmt.Sprint(name, i), Type: "t"}}, redisstore.AppendOptions{})
+				switch {
+				case err == nil:
+					acked[name][res.Events[0].ID] = res.Events[0].Index
+				case errors.Is(err, a2redis.ErrNotReplicated):
+					notReplicated++
+				default:
+					t.Fatalf("%s append %d: %v", name, i, err)
+				}
+			}
+		}
+	}
+	appendAll(1, 5)
+	// Let the replica catch up with the plain appends too.
+	for replOffset(ctx, t, newClient, "master_repl_offset") < replOffset(ctx, t, oldClient, "master_repl_offset") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	reply, err := rawDo(replica.Addr(), "REPLICAOF", "NO", "ONE")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(reply, "+OK"), reply)
+	appendAll(6, 10)
+	master.Stop()
+
+	promoted, err := redisstore.New(ctx, newClient, redisstore.Config{Prefix: prefix, PublishWait: -1})
+	require.NoError(t, err)
+	lost := map[string]int{}
+	for name, ids := range acked {
+		stored := map[string]bool{}
+		for _, id := range logIDs(ctx, t, newClient, prefix, name) {
+			stored[id] = true
+		}
+		for id := range ids {
+			if !stored[id] {
+				lost[name]++
+			}
+		}
+	}
+	// The promoted replica reuses the index of the first lost event.
+	res, err := promoted.Append(ctx, "plain", []a2redis.Event{{ID: "after", Type: "t"}}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	t.Logf("acknowledged: plain %d, durable %d (%d reported ErrNotReplicated); lost after the failover: plain %d, durable %d; a new event took index %d, which had been acknowledged as plain6",
+		len(acked["plain"]), len(acked["durable"]), notReplicated, lost["plain"], lost["durable"], res.Events[0].Index)
+	assert.Equal(t, 5, lost["plain"], "without Durability the acknowledged appends after the cut are lost")
+	assert.Equal(t, acked["plain"]["plain6"], res.Events[0].Index, "and their indexes are given to new events")
+	assert.Zero(t, lost["durable"], "with Durability no acknowledged append is lost")
+	assert.Equal(t, 5, notReplicated, "the appends after the cut were reported, not acknowledged")
+	assert.Len(t, acked["durable"], 5)
+}
