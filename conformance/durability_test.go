@@ -163,7 +163,6 @@ func versionBefore(v string, major, minor int) bool {
 	return a < major || (a == major && b < minor)
 }
 
-
 // replOffset reads a field of INFO replication as a number.
 func replOffset(ctx context.Context, t *testing.T, c rueidis.Client, field string) int64 {
 	t.Helper()
