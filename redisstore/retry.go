@@ -256,7 +256,7 @@ func (s *Store) execScript(ctx context.Context, lua *rueidis.Lua, readOnly bool,
 		msg, err := lua.Exec(ctx, s.client, []string{k.Count()}, args).ToMessage()
 		return msg, nil, err
 	}
-	w := &waitingClient{Client: s.client, s: s, ctx: ctx, count: k.Count(), clear: k.Clear()}
+	w := &waitingClient{Client: s.client, s: s, count: k.Count(), clear: k.Clear()}
 	msg, err := lua.Exec(ctx, w, []string{k.Count()}, args).ToMessage()
 	if err != nil {
 		return msg, nil, err
@@ -280,7 +280,6 @@ return 0`
 type waitingClient struct {
 	rueidis.Client
 	s            *Store
-	ctx          context.Context
 	count, clear string
 	touch, wait  rueidis.RedisResult
 }
