@@ -45,7 +45,7 @@ func TestDurabilityReplica(t *testing.T) {
 	defer cancel()
 	prefix := Prefix(t)
 	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, PublishWait: -1,
-		Durability: redisstore.Durability{Replicas: 1, Timeout: 300 * time.Millisecond}})
+		Durability: redisstore.Durability{Replicas: 1, Timeout: time.Second}})
 	require.NoError(t, err)
 
 	// Acknowledged writes are on the replica as soon as they return.
@@ -198,7 +198,7 @@ func TestDurabilityFailover(t *testing.T) {
 	plain, err := redisstore.New(ctx, oldClient, redisstore.Config{Prefix: prefix, PublishWait: -1})
 	require.NoError(t, err)
 	durable, err := redisstore.New(ctx, oldClient, redisstore.Config{Prefix: prefix, PublishWait: -1,
-		Durability: redisstore.Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
+		Durability: redisstore.Durability{Replicas: 1, Timeout: 500 * time.Millisecond}})
 	require.NoError(t, err)
 
 	acked := map[string]map[string]int64{"plain": {}, "durable": {}}

@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,8 +66,31 @@ func debugSleep(t *testing.T, addr string, d time.Duration) <-chan struct{} {
 			t.Errorf("DEBUG SLEEP: %q %v", reply, err)
 		}
 	}()
-	time.Sleep(30 * time.Millisecond) // let the sleep begin
+	// The sleep has begun once a PING goes unanswered for 50ms.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if asleep(addr) {
+			return done
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("DEBUG SLEEP never held the server")
 	return done
+}
+
+// asleep reports whether a PING to addr goes unanswered for 50ms.
+func asleep(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return false
+	}
+	_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err = bufio.NewReader(c).ReadString('\n')
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // TestRetriesDebugSleep: twelve appends with generated ids (two per
@@ -305,7 +330,12 @@ func TestRetriesBusyServer(t *testing.T) {
 		_, _ = rawDo(srv.Addr(), "EVAL", `local t = redis.call('TIME') local start = t[1] * 1000000 + t[2]
 while true do t = redis.call('TIME') if t[1] * 1000000 + t[2] - start > 600000 then return 1 end end`, "0")
 	}()
-	time.Sleep(100 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if reply, _ := rawDo(srv.Addr(), "PING"); strings.HasPrefix(reply, "-BUSY") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the server never answered BUSY")
+	}
 
 	_, err = once.Append(ctx, "s", []a2redis.Event{{ID: "refused", Type: "t"}}, redisstore.AppendOptions{})
 	require.ErrorIs(t, err, a2redis.ErrUnavailable)
