@@ -140,7 +140,9 @@ func classify(ctx, tryCtx context.Context, err error) (failure, error) {
 		return final, err
 	}
 	switch {
-	case ctx.Err() != nil, errors.Is(err, rueidis.ErrClosing):
+	case ctx.Err() != nil:
+		return final, callerDeadline(ctx, err)
+	case errors.Is(err, rueidis.ErrClosing):
 		return final, err
 	case tryCtx != ctx && tryCtx.Err() != nil:
 		return unknown, fmt.Errorf("a2redis: no reply within Config.Retries.AttemptTimeout, the command may still run: %w", err)
@@ -183,16 +185,31 @@ func (s *Store) retrying(ctx context.Context, repeatable bool, try func(ctx cont
 		}
 		wait := rand.N(min(p.MaxBackoff, p.MinBackoff<<min(n-1, 30)) + 1)
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wait {
-			return err
+			return callerDeadline(ctx, err)
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return err
+			return callerDeadline(ctx, err)
 		case <-t.C:
 		}
 	}
+}
+
+// callerDeadline is the error of tries the caller's context ended (or
+// whose deadline leaves no time for another): it matches the context's
+// error (context.DeadlineExceeded when it has not quite passed) and wraps
+// the last try's.
+func callerDeadline(ctx context.Context, err error) error {
+	cause := ctx.Err()
+	if cause == nil {
+		cause = context.DeadlineExceeded
+	}
+	if errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w (last try: %w)", cause, err)
 }
 
 // repeatable reports whether running a script again after a try whose
