@@ -7,7 +7,8 @@ import (
 
 // The errors a2redis returns. Every error the library returns for one of
 // these conditions satisfies errors.Is with the matching value; typed errors
-// (SupersededError, LayoutError, ArgumentError) carry the details.
+// (SupersededError, LayoutError, ArgumentError, ReplicationError) carry the
+// details, and a BatchError carries the ids of a batch the store gave up on.
 var (
 	// ErrPartialDuplicateBatch: some, but not all, of a batch's event ids are
 	// already stored in the session (or a completion retry names other ids
