@@ -1,4 +1,4 @@
-# Targets match what CI runs: .ci/run runs `make test`.
+# Targets match what CI runs: .ci/run runs `make test`, then `make test-race`.
 .PHONY: test test-race test-short bench bench-quick bench-micro lint quickstart soak
 
 # The Docker targets (internal/redistest/dockertarget) are a module of their

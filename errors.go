@@ -7,7 +7,8 @@ import (
 
 // The errors a2redis returns. Every error the library returns for one of
 // these conditions satisfies errors.Is with the matching value; typed errors
-// (SupersededError, LayoutError, ArgumentError) carry the details.
+// (SupersededError, LayoutError, ArgumentError, ReplicationError) carry the
+// details, and a BatchError carries the ids of a batch the store gave up on.
 var (
 	// ErrPartialDuplicateBatch: some, but not all, of a batch's event ids are
 	// already stored in the session (or a completion retry names other ids
@@ -41,6 +42,23 @@ var (
 	// ErrUnexpectedReply: Redis answered a script with a reply this release
 	// does not understand (a server-side bug or a foreign script).
 	ErrUnexpectedReply = errors.New("a2redis: unexpected reply")
+
+	// ErrUnavailable: the server, or the session's cluster slot, cannot
+	// serve the command now, and said so without running it: a node still
+	// loading its data (LOADING), a cluster without a quorum or a slot
+	// without a master (CLUSTERDOWN, MASTERDOWN), a slot being migrated
+	// (TRYAGAIN, ASK, or a script reaching a key already moved: "non local
+	// key"), another script running long (BUSY), a replica refusing a write
+	// (READONLY, NOREPLICAS). The error wraps the server's reply. Nothing
+	// was written; every operation may be retried. The store retries it
+	// itself (Config.Retries) before returning it.
+	ErrUnavailable = errors.New("a2redis: unavailable")
+
+	// ErrNotReplicated: a write was applied by the master, but fewer
+	// replicas (or AOF fsyncs) than Config.Durability asks for acknowledged
+	// it in time, so a failover now may lose it. It is not rolled back.
+	// Typed as *ReplicationError.
+	ErrNotReplicated = errors.New("a2redis: write not replicated")
 )
 
 // ArgumentError describes a rejected argument. It matches
@@ -101,3 +119,78 @@ func (e *LayoutError) Error() string {
 
 // Is reports whether target is ErrLayoutMismatch.
 func (e *LayoutError) Is(target error) bool { return target == ErrLayoutMismatch }
+
+// ReplicationError reports a write that the master applied but that was not
+// acknowledged as durable as Config.Durability asks. It matches
+// ErrNotReplicated with errors.Is.
+type ReplicationError struct {
+	// Replicas is how many replicas had to acknowledge the write.
+	Replicas int
+	// Acked is how many did (-1 when unknown: the wait itself failed).
+	Acked int
+	// AOF reports that the write also had to reach the master's
+	// append-only file (WAITAOF).
+	AOF bool
+	// LocalAOF reports that it did (with AOF).
+	LocalAOF bool
+	// Err is why the wait failed, when it did not just time out.
+	Err error
+}
+
+// Error implements error.
+func (e *ReplicationError) Error() string {
+	switch {
+	case e.Err != nil:
+		return fmt.Sprintf("a2redis: write applied by the master, but waiting for its replication failed: %v", e.Err)
+	case e.AOF && !e.LocalAOF:
+		return fmt.Sprintf("a2redis: write applied by the master, but not fsynced to its AOF in time (%d of %d replicas acknowledged it)", e.Acked, e.Replicas)
+	}
+	return fmt.Sprintf("a2redis: write applied by the master, but only %d of %d replicas acknowledged it in time", e.Acked, e.Replicas)
+}
+
+// Is reports whether target is ErrNotReplicated.
+func (e *ReplicationError) Is(target error) bool { return target == ErrNotReplicated }
+
+// Unwrap returns the wait's own error, if any.
+func (e *ReplicationError) Unwrap() error { return e.Err }
+
+// BatchError is the error of an Append, or of a CompleteAttempt returning
+// events, that the store gave up on after sending it: the server was
+// unavailable, the transport failed (the batch may have been written), the
+// caller's context ended, or the write was not replicated. It carries the
+// event ids the batch was sent with, generated ones included: sending the
+// same events again with these ids (see WithIDs) writes the batch if no try
+// did, and replays the stored rows if one did, so a retry never
+// duplicates. It wraps the cause (errors.Is works on it).
+type BatchError struct {
+	// Session is the session id.
+	Session string
+	// IDs are the batch's event ids, in request order.
+	IDs []string
+	// Err is the cause.
+	Err error
+}
+
+// Error implements error.
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("a2redis: batch of %d events in session %q not confirmed (send it again with the same ids to replay it): %v",
+		len(e.IDs), e.Session, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// WithIDs returns a copy of events with the error's ids filled in, ready to
+// be sent again: events[i].ID = IDs[i]. It returns nil when the lengths
+// differ (not the batch this error is about).
+func (e *BatchError) WithIDs(events []Event) []Event {
+	if len(events) != len(e.IDs) {
+		return nil
+	}
+	out := make([]Event, len(events))
+	for i, ev := range events {
+		ev.ID = e.IDs[i]
+		out[i] = ev
+	}
+	return out
+}

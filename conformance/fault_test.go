@@ -68,6 +68,9 @@ func newFaultWorker(t *testing.T, client rueidis.Client, prefix, session string,
 	var n atomic.Int64
 	store, err := redisstore.New(context.Background(), client, redisstore.Config{
 		Prefix: prefix, Clock: w.clock.Now, PublishWait: -1,
+		// One try per call: these tests check what one try leaves behind
+		// (retry_fault_test.go covers the store's own retries).
+		Retries: redisstore.RetryPolicy{Attempts: 1},
 		IDs: func() string {
 			id := fmt.Sprintf("%s-g%d", session, n.Add(1))
 			w.mu.Lock()
@@ -124,13 +127,15 @@ func (w *faultWorker) replay(log []faultStep, extra *faultStep) *model.Store {
 }
 
 // lost reports an error of the transport (or of a deadline): the write may
-// or may not have committed. A Redis error reply or a contract error is not
+// or may not have committed; an a2redis.ErrUnavailable (nothing committed)
+// counts too, as the state before is one the check accepts. Any other
+// Redis error reply or a contract error is not
 // one.
 func lost(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, a2redis.ErrUnavailable) {
 		return true
 	}
 	var reply *rueidis.RedisError
@@ -472,7 +477,8 @@ func TestFaultsCoalescedAppends(t *testing.T) {
 	client := faultClient(t, srv.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: Prefix(t)})
+	// The producers retry, not the store (see TestRetriesKilledConnections).
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: Prefix(t), Retries: redisstore.RetryPolicy{Attempts: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

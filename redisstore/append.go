@@ -50,7 +50,10 @@ type AppendResult struct {
 // After the write it publishes a wake-up on the session's notify channel.
 // Plain appends (no causes, no lane targets, no served log consumer) to a session
 // that arrive while another is in flight go together in the next script
-// call, each with its own result (see Config.NoCoalescing).
+// call, each with its own result (see Config.NoCoalescing). An append the
+// store gave up on (see Config.Retries) fails with an *a2redis.BatchError
+// carrying the batch's ids, generated ones included: sending it again with
+// them never duplicates it.
 func (s *Store) Append(ctx context.Context, session string, events []a2redis.Event, opts AppendOptions) (AppendResult, error) {
 	if err := checkSession(session); err != nil {
 		return AppendResult{}, err
@@ -100,7 +103,7 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 	}
 	reply, err := s.runIndexed(ctx, "append", session, args)
 	if err != nil {
-		return AppendResult{}, err
+		return AppendResult{}, writeError(session, batch, err)
 	}
 	return s.appendResult(ctx, session, events, batch, now, reply)
 }

@@ -92,7 +92,7 @@ func (s *Store) appendPlain(ctx context.Context, session, served string, call *p
 		// Still queued: it is dropped and nothing is written. Already
 		// taken: its outcome is unknown, as for any call cut short; a
 		// retry with the same ids replays or writes it.
-		return AppendResult{}, ctx.Err()
+		return AppendResult{}, writeError(session, call.batch, ctx.Err())
 	}
 }
 
@@ -214,7 +214,7 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 	}
 	if err != nil {
 		for _, call := range group {
-			call.err = err
+			call.err = writeError(session, call.batch, err)
 		}
 		return wakeUp{}
 	}

@@ -86,7 +86,12 @@ type ClaimResult struct {
 // ClaimAvailable claims every eligible head of a session for a holder, up to
 // the limit: live, served, not excluded, at or below Through, and not held
 // by an unexpired claim or retry hold. Each claim bumps the head's attempt;
-// a lapsed claim taken over counts a failure.
+// a lapsed claim taken over counts a failure. A claim whose outcome is
+// unknown (its connection failed) is not retried, since a second one would
+// bump the attempts again: the error reaches the caller, and heads it may
+// have claimed are taken over once the lease lapses. With
+// Config.Durability, a claim not acknowledged in time returns its result
+// together with an a2redis.ErrNotReplicated error: the heads are held.
 func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return ClaimResult{}, err
@@ -139,6 +144,8 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		args = append(args, ref.Consumer, tag)
 	}
 	reply, err := s.claimRun(ctx, req.Session, args, served == "" && len(req.Exclude) == 0)
+	// An unreplicated claim holds its heads all the same: report them.
+	notReplicated := notReplicatedOnly(reply, &err)
 	if err != nil {
 		return ClaimResult{}, err
 	}
@@ -147,12 +154,15 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		Holder: req.Holder, ClaimExpiresAt: time.UnixMilli(expires),
 	}
 	r, err := claimResult(req.Session, reply, fresh)
-	if err != nil || r.Outcome != Claimed {
-		return r, err
+	if err == nil && r.Outcome == Claimed {
+		s.noteLogCursors(r.Heads)
+		s.noteLogCursors(r.DeadLettered)
+		err = s.claimedEvents(ctx, req.Session, &r)
 	}
-	s.noteLogCursors(r.Heads)
-	s.noteLogCursors(r.DeadLettered)
-	return r, s.claimedEvents(ctx, req.Session, &r)
+	if err == nil {
+		err = notReplicated
+	}
+	return r, err
 }
 
 // claimRun runs a claim: with every consumer served and nothing excluded,
@@ -299,7 +309,7 @@ func (s *Store) claimedEvents(ctx context.Context, session string, r *ClaimResul
 		first = last + 1
 	}
 	events := make(map[int64]a2redis.StoredEvent, len(indexes))
-	for _, res := range s.client.DoMulti(ctx, cmds...) {
+	for _, res := range s.doMulti(ctx, cmds...) {
 		entries, err := res.ToArray()
 		if err != nil {
 			return err
@@ -505,6 +515,8 @@ type CompleteResult struct {
 // atomic step. A retry after a lost acknowledgement replays the committed
 // events; a retry with other ids fails with ErrPartialDuplicateBatch; a
 // stale attempt is superseded; an index with no event fails with ErrNoEvent.
+// A completion returning events that the store gave up on fails with an
+// *a2redis.BatchError carrying the returned events' ids.
 func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (CompleteResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return CompleteResult{}, err
@@ -549,7 +561,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (Compl
 		}
 	}
 	if err != nil {
-		return CompleteResult{}, err
+		return CompleteResult{}, writeError(req.Session, batch, err)
 	}
 	switch word(reply, 0) {
 	case "ok":

@@ -161,7 +161,7 @@ func (s *Store) PresenceRead(ctx context.Context, session string) ([]PresenceEnt
 		return nil, err
 	}
 	c := s.client
-	fields, err := c.Do(ctx, c.B().Hgetall().Key(s.keys(session).Presence()).Build()).AsStrMap()
+	fields, err := s.do(ctx, c.B().Hgetall().Key(s.keys(session).Presence()).Build()).AsStrMap()
 	if err != nil {
 		return nil, fmt.Errorf("a2redis: reading presence of session %q: %w", session, err)
 	}

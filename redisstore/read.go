@@ -26,7 +26,7 @@ func (s *Store) Bounds(ctx context.Context, session string) (Bounds, error) {
 		return Bounds{}, err
 	}
 	k := s.keys(session)
-	values, err := s.client.Do(ctx, s.client.B().Mget().Key(k.Count(), k.Clear()).Build()).ToArray()
+	values, err := s.do(ctx, s.client.B().Mget().Key(k.Count(), k.Clear()).Build()).ToArray()
 	if err != nil {
 		return Bounds{}, fmt.Errorf("a2redis: reading bounds of session %q: %w", session, err)
 	}
@@ -127,7 +127,7 @@ func (s *Store) readRange(ctx context.Context, session string, after, through in
 	log := s.keys(session).Log()
 	for next <= last {
 		cmd := s.client.B().Xrange().Key(log).Start(itoa(next) + "-0").End(itoa(last) + "-0").Count(ReadPageSize).Build()
-		entries, err := s.client.Do(ctx, cmd).AsXRange()
+		entries, err := s.do(ctx, cmd).AsXRange()
 		if err != nil {
 			return fmt.Errorf("a2redis: reading session %q: %w", session, err)
 		}
@@ -173,7 +173,7 @@ func (s *Store) ReadTail(ctx context.Context, session string, limit int) ([]a2re
 		return []a2redis.StoredEvent{}, nil
 	}
 	cmd := s.client.B().Xrevrange().Key(s.keys(session).Log()).End(itoa(b.Head) + "-0").Start(itoa(from) + "-0").Count(int64(limit)).Build()
-	entries, err := s.client.Do(ctx, cmd).AsXRange()
+	entries, err := s.do(ctx, cmd).AsXRange()
 	if err != nil {
 		return nil, fmt.Errorf("a2redis: reading the tail of session %q: %w", session, err)
 	}

@@ -119,10 +119,10 @@ func (s *Store) applyReady(ctx context.Context, shard int, updates []readyUpdate
 // one recorded.
 func (s *Store) claimReadyShards(ctx context.Context) error {
 	c, key, want := s.client, keys.ReadyShards(s.cfg.Prefix), strconv.Itoa(s.cfg.ReadyShards)
-	if err := c.Do(ctx, c.B().Set().Key(key).Value(want).Nx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
+	if err := s.do(ctx, c.B().Set().Key(key).Value(want).Nx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
 		return fmt.Errorf("a2redis: recording the ready shards of prefix %q: %w", s.cfg.Prefix, err)
 	}
-	found, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+	found, err := s.do(ctx, c.B().Get().Key(key).Build()).ToString()
 	if err != nil {
 		return fmt.Errorf("a2redis: reading the ready shards of prefix %q: %w", s.cfg.Prefix, err)
 	}
@@ -164,7 +164,7 @@ func (s *Store) ReadyPage(ctx context.Context, shard int, after time.Time, limit
 		min = strconv.FormatInt(after.UnixMilli(), 10)
 	}
 	c, key := s.client, keys.ReadyFor(s.cfg.Prefix, shard).Index()
-	entries, err := c.Do(ctx, c.B().Zrange().Key(key).Min(min).Max("+inf").Byscore().Limit(0, int64(limit)).Withscores().Build()).AsZScores()
+	entries, err := s.do(ctx, c.B().Zrange().Key(key).Min(min).Max("+inf").Byscore().Limit(0, int64(limit)).Withscores().Build()).AsZScores()
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("a2redis: reading ready index shard %d: %w", shard, err)
 	}
@@ -177,7 +177,7 @@ func (s *Store) ReadyPage(ctx context.Context, shard int, after time.Time, limit
 	}
 	// The next page starts after the last time; finish that time here.
 	last := int64(entries[len(entries)-1].Score)
-	rest, err := c.Do(ctx, c.B().Zrangebyscore().Key(key).Min(strconv.FormatInt(last, 10)).Max(strconv.FormatInt(last, 10)).Withscores().Build()).AsZScores()
+	rest, err := s.do(ctx, c.B().Zrangebyscore().Key(key).Min(strconv.FormatInt(last, 10)).Max(strconv.FormatInt(last, 10)).Withscores().Build()).AsZScores()
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("a2redis: reading ready index shard %d: %w", shard, err)
 	}
@@ -222,7 +222,7 @@ func (s *Store) ReadyStats(ctx context.Context) ([]ReadyShardStats, error) {
 			c.B().Zrange().Key(key).Min("0").Max("0").Withscores().Build(),
 			c.B().Zrange().Key(key).Min("("+now).Max("+inf").Byscore().Limit(0, 1).Withscores().Build())
 	}
-	replies := c.DoMulti(ctx, cmds...)
+	replies := s.doMulti(ctx, cmds...)
 	out := make([]ReadyShardStats, s.cfg.ReadyShards)
 	for shard := range out {
 		st := ReadyShardStats{Shard: shard}
@@ -389,7 +389,7 @@ func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	// index update already moved the session.
 	skipping := req.Consumers != nil
 	skipped := false
-	for shard, reply := range c.DoMulti(ctx, cmds...) {
+	for shard, reply := range s.doMulti(ctx, cmds...) {
 		entries, err := reply.AsZScores()
 		if err != nil {
 			return ClaimNextResult{}, fmt.Errorf("a2redis: reading ready index shard %d: %w", shard, err)
@@ -461,12 +461,29 @@ func (s *Store) resyncReady(ctx context.Context, session string) error {
 	return err
 }
 
-// resyncLost lists a session again after a write whose reply was lost,
-// within ReadyWait.
-func (s *Store) resyncLost(session string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReadyWait)
+// resyncLost lists a session again after a write whose reply was lost:
+// within ReadyWait, and not at all once the caller's context has ended (a
+// caller that gave up is not kept waiting; RepairReady covers it).
+func (s *Store) resyncLost(ctx context.Context, session string) {
+	if ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyWait)
 	defer cancel()
-	_ = s.resyncReady(ctx, session)
+	locking, err := s.keyLocking(ctx)
+	if err != nil {
+		return
+	}
+	// One try, outside the retry wrapper: the connection just failed.
+	lua := scripts.All()["ready_sync"].Lua(locking)
+	msg, err := lua.Exec(ctx, s.client, []string{s.keys(session).Count()}, []string{itoa(s.now())}).ToMessage()
+	if err != nil {
+		return
+	}
+	values, _ := msg.ToArray()
+	if _, mark := popReadyMark(values); mark != "" {
+		s.noteReady(ctx, session, mark)
+	}
 }
 
 // RepairStats reports what a RepairReady pass did.
@@ -500,7 +517,7 @@ func (s *Store) RepairReady(ctx context.Context) (RepairStats, error) {
 			if err := ctx.Err(); err != nil {
 				return st, err
 			}
-			entry, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(repairPage).Build()).AsScanEntry()
+			entry, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(repairPage).Build().Pin()).AsScanEntry()
 			if err != nil {
 				return st, fmt.Errorf("a2redis: repair scan: %w", err)
 			}
@@ -539,7 +556,7 @@ func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats,
 		return nil
 	}
 	now := s.now()
-	for i, reply := range c.DoMulti(ctx, cmds...) {
+	for i, reply := range s.doMulti(ctx, cmds...) {
 		text, err := reply.ToString()
 		if rueidis.IsRedisNil(err) {
 			continue
@@ -596,7 +613,7 @@ func (s *Store) masters(ctx context.Context) []rueidis.Client {
 	for _, addr := range addrs {
 		node := nodes[addr]
 		if s.client.Mode() == rueidis.ClientModeCluster {
-			role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
+			role, err := node.Do(ctx, node.B().Role().Build().Pin()).ToArray()
 			if err == nil && len(role) > 0 {
 				if r, _ := role[0].ToString(); r != "master" {
 					continue
@@ -629,7 +646,7 @@ func (s *Store) TryRepairReady(ctx context.Context, every time.Duration) (bool, 
 		return false, RepairStats{}, check.Invalid("every", "must be positive (got %v)", every)
 	}
 	c := s.client
-	err := c.Do(ctx, c.B().Set().Key(keys.RepairLock(s.cfg.Prefix)).Value(strconv.FormatInt(s.now(), 10)).Nx().Px(every).Build()).Error()
+	err := s.do(ctx, c.B().Set().Key(keys.RepairLock(s.cfg.Prefix)).Value(strconv.FormatInt(s.now(), 10)).Nx().Px(every).Build()).Error()
 	if rueidis.IsRedisNil(err) {
 		return false, RepairStats{}, nil
 	}
@@ -659,7 +676,7 @@ func (s *Store) ReadyAt(ctx context.Context, session string) (ReadyState, error)
 	}
 	c := s.client
 	key := keys.ReadyFor(s.cfg.Prefix, keys.ReadyShard(session, s.cfg.ReadyShards)).Index()
-	score, err := c.Do(ctx, c.B().Zscore().Key(key).Member(session).Build()).AsFloat64()
+	score, err := s.do(ctx, c.B().Zscore().Key(key).Member(session).Build()).AsFloat64()
 	if rueidis.IsRedisNil(err) {
 		return ReadyState{}, nil
 	}

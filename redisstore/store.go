@@ -104,6 +104,15 @@ type Config struct {
 	// after the script committed; an update that fails or times out never
 	// fails the write (RepairReady restores it). Default 1s.
 	ReadyWait time.Duration
+	// Retries bounds the store's own retries of commands the server
+	// refused for now (a2redis.ErrUnavailable) or whose connection failed.
+	// Default: 5 tries with jittered backoff from 10ms to 500ms, within
+	// the caller's context; Attempts 1 turns retrying off. See RetryPolicy.
+	Retries RetryPolicy
+	// Durability makes each write wait for replicas (WAIT) and/or the AOF
+	// (WAITAOF) and report a write that is not acknowledged in time as
+	// a2redis.ErrNotReplicated. Default: no waiting. See Durability.
+	Durability Durability
 }
 
 // Store is an a2redis store on one key prefix. It is safe for concurrent
@@ -177,6 +186,9 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 	if _, err := servedArg(cfg.Consumers); err != nil {
 		return nil, fmt.Errorf("Config.Consumers: %w", err)
 	}
+	if err := checkRetries(&cfg); err != nil {
+		return nil, err
+	}
 	s := &Store{client: client, cfg: cfg, schema: keys.Schema(cfg.Prefix), blockIDs: blockIDs}
 	switch cfg.KeyLocking {
 	case KeyLockingOn:
@@ -191,6 +203,9 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 		return nil, err
 	}
 	if err := s.claimReadyShards(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkDurability(ctx); err != nil {
 		return nil, err
 	}
 	// A transport error leaves the answer unknown; the next script asks.
@@ -225,10 +240,10 @@ func (s *Store) keys(session string) keys.Session { return keys.For(s.cfg.Prefix
 
 func (s *Store) claimLayout(ctx context.Context) error {
 	c := s.client
-	if err := c.Do(ctx, c.B().Set().Key(s.schema).Value(keys.Layout).Nx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
+	if err := s.do(ctx, c.B().Set().Key(s.schema).Value(keys.Layout).Nx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
 		return fmt.Errorf("a2redis: claiming layout of prefix %q: %w", s.cfg.Prefix, err)
 	}
-	found, err := c.Do(ctx, c.B().Get().Key(s.schema).Build()).ToString()
+	found, err := s.do(ctx, c.B().Get().Key(s.schema).Build()).ToString()
 	if err != nil {
 		return fmt.Errorf("a2redis: reading layout of prefix %q: %w", s.cfg.Prefix, err)
 	}
@@ -248,13 +263,19 @@ func (s *Store) keyLocking(ctx context.Context) (bool, error) {
 		return state == 1, nil
 	}
 	c := s.client
-	err := c.Do(ctx, c.B().Eval().Script(scripts.KeyLockingShebang+"\nreturn 1").Numkeys(1).Key(s.schema).Build()).Error()
-	switch {
-	case err == nil:
-		state = 1
-	case scripts.IsFlagRejection(err):
-		state = 2
-	default:
+	err := s.retrying(ctx, true, func(ctx context.Context) error {
+		err := c.Do(ctx, c.B().Eval().Script(scripts.KeyLockingShebang+"\nreturn 1").Numkeys(1).Key(s.schema).Build()).Error()
+		switch {
+		case err == nil:
+			state = 1
+		case scripts.IsFlagRejection(err):
+			state = 2
+		default:
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return false, fmt.Errorf("a2redis: probing key-locking support: %w", err)
 	}
 	s.mu.Lock()
@@ -263,51 +284,76 @@ func (s *Store) keyLocking(ctx context.Context) (bool, error) {
 	return state == 1, nil
 }
 
-// run runs a script over a session: KEYS[1] is the session counter.
+// run runs a script over a session: KEYS[1] is the session counter. It
+// retries as Config.Retries allows (see repeatable). With Durability on, a
+// write not acknowledged in time returns its reply together with a
+// *a2redis.ReplicationError.
 func (s *Store) run(ctx context.Context, name, session string, args []string) ([]rueidis.RedisMessage, error) {
+	values, notReplicated, err := s.runTry(ctx, name, session, args)
+	if err == nil && notReplicated != nil {
+		err = notReplicated
+	}
+	return values, err
+}
+
+// runTry is run with the replication shortfall apart.
+func (s *Store) runTry(ctx context.Context, name, session string, args []string) ([]rueidis.RedisMessage, *a2redis.ReplicationError, error) {
 	locking, err := s.keyLocking(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	script := scripts.All()[name]
-	res := script.Lua(locking).Exec(ctx, s.client, []string{s.keys(session).Count()}, args)
-	msg, err := res.ToMessage()
+	var msg rueidis.RedisMessage
+	var notReplicated *a2redis.ReplicationError
+	err = s.retrying(ctx, script.ReadOnly || repeatable(name), func(ctx context.Context) (err error) {
+		msg, notReplicated, err = s.execScript(ctx, script.Lua(locking), script.ReadOnly, session, args)
+		return err
+	})
 	if err != nil {
 		if _, reply := rueidis.IsRedisErr(err); !script.ReadOnly && !reply {
 			// The write may have committed with its reply lost: its ready
 			// mark with it. List the session again from its true state
-			// (harmless when nothing was written); RepairReady covers a
-			// resync that fails too.
-			go s.resyncLost(session)
+			// (harmless when nothing was written) before returning, so
+			// that a caller's next call finds the index right; RepairReady
+			// covers a resync that fails too.
+			s.resyncLost(ctx, session)
 		}
-		return nil, fmt.Errorf("a2redis: %s script in session %q: %w", name, session, err)
+		return nil, nil, fmt.Errorf("a2redis: %s script in session %q: %w", name, session, err)
 	}
 	if !msg.IsArray() {
-		return nil, fmt.Errorf("%w: %s script replied %v", a2redis.ErrUnexpectedReply, name, msg)
+		return nil, nil, fmt.Errorf("%w: %s script replied %v", a2redis.ErrUnexpectedReply, name, msg)
 	}
 	values, _ := msg.ToArray()
 	values, mark := popReadyMark(values)
 	if mark != "" {
 		s.noteReady(ctx, session, mark)
 	}
-	return values, nil
+	if w := word(values, 0); w == "general" || w == "index" {
+		// Handed on with nothing written: the next script's wait covers it.
+		notReplicated = nil
+	}
+	return values, notReplicated, nil
 }
 
 // runIndexed runs a write that may first need a type index to reach further
 // back: such a write replies { 'index', type, after } having written
-// nothing, and runs again once index_type has extended the index.
+// nothing, and runs again once index_type has extended the index. Only the
+// last call's replication counts: its wait covers the index steps before.
 func (s *Store) runIndexed(ctx context.Context, name, session string, args []string) ([]rueidis.RedisMessage, error) {
 	for {
-		reply, err := s.run(ctx, name, session, args)
+		reply, notReplicated, err := s.runTry(ctx, name, session, args)
 		if err != nil {
 			return nil, err
 		}
 		if word(reply, 0) != "index" {
+			if notReplicated != nil {
+				return reply, notReplicated
+			}
 			return reply, nil
 		}
 		typ, after := word(reply, 1), word(reply, 2)
 		for {
-			done, err := s.run(ctx, "index_type", session, []string{typ, after, itoa(IndexPageSize)})
+			done, _, err := s.runTry(ctx, "index_type", session, []string{typ, after, itoa(IndexPageSize)})
 			if err != nil {
 				return nil, err
 			}

@@ -1,0 +1,390 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/keys"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// The store's own retries (Config.Retries): a try that times out or loses
+// its connection is sent again with the same arguments and ids, so a try
+// that committed without a reply becomes a replay, never a duplicate.
+
+// auditLog reads a session's whole log (past lifetimes too) and counts, for
+// the ids a caller was told are stored, how many are missing and how many
+// entries repeat an id or were never reported.
+func auditLog(ctx context.Context, t *testing.T, client rueidis.Client, prefix, session string, reported map[string]int64) (duplicates, lost, foreign int) {
+	t.Helper()
+	entries, err := client.Do(ctx, client.B().Xrange().Key(keys.For(prefix, session).Log()).Start("-").End("+").Build()).AsXRange()
+	require.NoError(t, err)
+	seen := map[string]int{}
+	for _, e := range entries {
+		id := e.FieldValues["id"]
+		seen[id]++
+		idx, ok := reported[id]
+		switch {
+		case !ok:
+			foreign++
+		case fmt.Sprintf("%d-0", idx) != e.ID:
+			t.Errorf("session %s: event %s at %s, its append reported index %d", session, id, e.ID, idx)
+		}
+	}
+	for id := range reported {
+		switch n := seen[id]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			duplicates += n - 1
+		}
+	}
+	return duplicates, lost, foreign
+}
+
+// debugSleep holds the server for d (DEBUG SLEEP) from a connection of its
+// own; the returned channel closes when the server answered.
+func debugSleep(t *testing.T, addr string, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if reply, err := rawDo(addr, "DEBUG", "SLEEP", fmt.Sprintf("%.3f", d.Seconds())); err != nil || !strings.HasPrefix(reply, "+OK") {
+			t.Errorf("DEBUG SLEEP: %q %v", reply, err)
+		}
+	}()
+	// The sleep has begun once a PING goes unanswered for 50ms.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if asleep(addr) {
+			return done
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("DEBUG SLEEP never held the server")
+	return done
+}
+
+// asleep reports whether a PING to addr goes unanswered for 50ms.
+func asleep(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return false
+	}
+	_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err = bufio.NewReader(c).ReadString('\n')
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestRetriesDebugSleep: twelve appends with generated ids (two per
+// session, so some coalesce) meet a server held by DEBUG SLEEP, with a
+// 100ms limit per try. A try that timed out after the server had read it
+// commits when the server wakes (here about one per connection: rueidis
+// drops a connection whose try timed out), and a later try replays it.
+// Each append returns its events, each stored exactly once: no duplicate,
+// nothing lost.
+func TestRetriesDebugSleep(t *testing.T) {
+	t.Parallel()
+	srv := redistest.SpawnServer(t, "--enable-debug-command", "yes")
+	client := faultClient(t, srv.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := Prefix(t)
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, PublishWait: -1,
+		Retries: redisstore.RetryPolicy{Attempts: 40, AttemptTimeout: 100 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}})
+	require.NoError(t, err)
+	// The scripts are loaded, so every try is one EVALSHA.
+	_, err = store.Append(ctx, "warm", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	_, err = rawDo(srv.Addr(), "CONFIG", "RESETSTAT")
+	require.NoError(t, err)
+
+	const appends, sessions = 12, 6
+	slept := debugSleep(t, srv.Addr(), 800*time.Millisecond)
+	results := make([]redisstore.AppendResult, appends)
+	errs := make([]error, appends)
+	var wg sync.WaitGroup
+	for i := range appends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = store.Append(ctx, fmt.Sprint("s", i%sessions), []a2redis.Event{{Type: "a"}, {Type: "b"}}, redisstore.AppendOptions{})
+		}()
+	}
+	wg.Wait()
+	<-slept
+
+	reported := make([]map[string]int64, sessions)
+	for s := range reported {
+		reported[s] = map[string]int64{}
+	}
+	replays := 0
+	for i, res := range results {
+		require.NoError(t, errs[i], "append %d", i)
+		require.Len(t, res.Events, 2)
+		if res.Replayed {
+			replays++
+		}
+		for _, ev := range res.Events {
+			reported[i%sessions][ev.ID] = ev.Index
+		}
+	}
+	var duplicates, lost, foreign int
+	for s := range sessions {
+		d, l, f := auditLog(ctx, t, client, prefix, fmt.Sprint("s", s), reported[s])
+		duplicates, lost, foreign = duplicates+d, lost+l, foreign+f
+	}
+	calls, err := redistest.CommandCalls(ctx, client)
+	require.NoError(t, err)
+	tries := calls["evalsha"] + calls["eval"]
+	t.Logf("%d appends, %d script tries, %d replayed a try that had committed; duplicates %d, lost %d, unreported %d",
+		appends, tries, replays, duplicates, lost, foreign)
+	assert.Zero(t, duplicates)
+	assert.Zero(t, lost)
+	assert.Zero(t, foreign)
+	assert.Greater(t, tries, int64(appends), "the sleep never made the store retry: the test proved nothing")
+	assert.Positive(t, replays, "no try committed without its reply: the test proved nothing")
+}
+
+// TestRetriesGiveUpCarriesIDs: when every try times out, the error carries
+// the batch's generated ids; once the server is back, the caller's retry
+// with them replays the batch the first try committed.
+func TestRetriesGiveUpCarriesIDs(t *testing.T) {
+	t.Parallel()
+	srv := redistest.SpawnServer(t, "--enable-debug-command", "yes")
+	client := faultClient(t, srv.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := Prefix(t)
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, PublishWait: -1,
+		Retries: redisstore.RetryPolicy{Attempts: 3, AttemptTimeout: 100 * time.Millisecond}})
+	require.NoError(t, err)
+	_, err = store.Append(ctx, "warm", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+
+	events := []a2redis.Event{{Type: "a"}, {Type: "b"}, {Type: "c"}}
+	slept := debugSleep(t, srv.Addr(), time.Second)
+	_, err = store.Append(ctx, "s", events, redisstore.AppendOptions{})
+	var batch *a2redis.BatchError
+	require.ErrorAs(t, err, &batch, "every try timed out")
+	t.Logf("gave up: %v", err)
+	assert.Equal(t, "s", batch.Session)
+	require.Len(t, batch.IDs, 3)
+	for _, id := range batch.IDs {
+		assert.Len(t, id, 32)
+		assert.Equal(t, batch.IDs[0][:24], id[:24], "one nonce for the batch")
+	}
+	<-slept
+
+	again := batch.WithIDs(events)
+	res, err := store.Append(ctx, "s", again, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	assert.True(t, res.Replayed, "the first try committed after the sleep: the retry replays it")
+	reported := map[string]int64{}
+	for i, ev := range res.Events {
+		assert.Equal(t, batch.IDs[i], ev.ID)
+		reported[ev.ID] = ev.Index
+	}
+	duplicates, lost, foreign := auditLog(ctx, t, client, prefix, "s", reported)
+	assert.Zero(t, duplicates)
+	assert.Zero(t, lost)
+	assert.Zero(t, foreign)
+}
+
+// TestRetriesKilledConnections: sixteen producers append batches without
+// ids to two sessions while the store's connections are killed again and
+// again, with the store's default retries. A producer whose append the
+// store gave up on sends it again with the ids its error carries. In the
+// end every batch is stored exactly once, at the indexes reported.
+func TestRetriesKilledConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	t.Parallel()
+	srv := redistest.SpawnServer(t)
+	client := faultClient(t, srv.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prefix := Prefix(t)
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, PublishWait: -1})
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	var chaos sync.WaitGroup
+	chaos.Add(1)
+	go func() {
+		defer chaos.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				_, _ = rawDo(srv.Addr(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+			}
+		}
+	}()
+	const producers, batches = 16, 150
+	var replays, gaveUp atomic.Int64
+	reported := make([]map[string]int64, producers)
+	var wg sync.WaitGroup
+	for p := range producers {
+		reported[p] = map[string]int64{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range batches {
+				batch := make([]a2redis.Event, 1+(p+b)%3)
+				for i := range batch {
+					batch[i] = a2redis.Event{Type: "t"}
+				}
+				for {
+					if ctx.Err() != nil {
+						t.Errorf("producer %d: %v", p, ctx.Err())
+						return
+					}
+					res, err := store.Append(ctx, fmt.Sprint("s", p%2), batch, redisstore.AppendOptions{})
+					var be *a2redis.BatchError
+					if errors.As(err, &be) {
+						gaveUp.Add(1)
+						batch = be.WithIDs(batch)
+						continue
+					}
+					if err != nil {
+						t.Errorf("producer %d: %v", p, err)
+						return
+					}
+					if res.Replayed {
+						replays.Add(1)
+					}
+					for _, ev := range res.Events {
+						reported[p][ev.ID] = ev.Index
+					}
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	chaos.Wait()
+	var duplicates, lost, foreign int
+	for s := range 2 {
+		want := map[string]int64{}
+		for p := s; p < producers; p += 2 {
+			for id, idx := range reported[p] {
+				want[id] = idx
+			}
+		}
+		d, l, f := auditLog(ctx, t, client, prefix, fmt.Sprint("s", s), want)
+		duplicates, lost, foreign = duplicates+d, lost+l, foreign+f
+	}
+	t.Logf("%d appends: %d replayed a try that had committed, %d given up by the store and sent again by the producer; duplicates %d, lost %d, unreported %d",
+		producers*batches, replays.Load(), gaveUp.Load(), duplicates, lost, foreign)
+	assert.Zero(t, duplicates)
+	assert.Zero(t, lost)
+	assert.Zero(t, foreign)
+	assert.Positive(t, replays.Load()+gaveUp.Load(), "the chaos never cost an append its reply: the test proved nothing")
+}
+
+// TestRetriesBusyServer: while another client's script holds the server
+// (BUSY replies), a store with retries off reports a2redis.ErrUnavailable
+// wrapping the server's reply, nothing written; with retries, an append and
+// a claim sent meanwhile go through once the script ends, each once.
+func TestRetriesBusyServer(t *testing.T) {
+	t.Parallel()
+	srv := redistest.SpawnServer(t, "--busy-reply-threshold", "20")
+	client := faultClient(t, srv.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prefix := Prefix(t)
+	once, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, PublishWait: -1, Retries: redisstore.RetryPolicy{Attempts: 1}})
+	require.NoError(t, err)
+	retrying, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, PublishWait: -1,
+		Retries: redisstore.RetryPolicy{Attempts: 50, MaxBackoff: 50 * time.Millisecond}})
+	require.NoError(t, err)
+	_, err = retrying.Append(ctx, "s", []a2redis.Event{{ID: "e1", Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	_, err = rawDo(srv.Addr(), "CONFIG", "RESETSTAT")
+	require.NoError(t, err)
+
+	// A script that spins for 600ms: past the threshold, others get BUSY.
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		_, _ = rawDo(srv.Addr(), "EVAL", `local t = redis.call('TIME') local start = t[1] * 1000000 + t[2]
+while true do t = redis.call('TIME') if t[1] * 1000000 + t[2] - start > 600000 then return 1 end end`, "0")
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if reply, _ := rawDo(srv.Addr(), "PING"); strings.HasPrefix(reply, "-BUSY") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the server never answered BUSY")
+	}
+
+	_, err = once.Append(ctx, "s", []a2redis.Event{{ID: "refused", Type: "t"}}, redisstore.AppendOptions{})
+	require.ErrorIs(t, err, a2redis.ErrUnavailable)
+	var reply *rueidis.RedisError
+	require.ErrorAs(t, err, &reply)
+	assert.True(t, strings.HasPrefix(reply.Error(), "BUSY"), "reply %q", reply.Error())
+	var be *a2redis.BatchError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, []string{"refused"}, be.IDs)
+
+	select {
+	case <-busy:
+		t.Fatal("the busy script ended too early")
+	default:
+	}
+	var wg sync.WaitGroup
+	var claim redisstore.ClaimResult
+	var claimErr, appendErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		claim, claimErr = retrying.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute})
+	}()
+	go func() {
+		defer wg.Done()
+		_, appendErr = retrying.Append(ctx, "s", []a2redis.Event{{ID: "e2", Type: "t"}}, redisstore.AppendOptions{})
+	}()
+	wg.Wait()
+	<-busy
+	require.NoError(t, claimErr)
+	require.NoError(t, appendErr)
+	require.Len(t, claim.Heads, 1)
+	assert.Equal(t, int64(1), claim.Heads[0].Attempts, "a refused claim is retried, and claims once")
+	log, err := retrying.Read(ctx, "s", 0, 0)
+	require.NoError(t, err)
+	var ids []string
+	for _, ev := range log {
+		ids = append(ids, ev.ID)
+	}
+	assert.Equal(t, []string{"e1", "e2"}, ids, "the refused append wrote nothing, the retried one once")
+	stats, err := client.Do(ctx, client.B().Info().Section("errorstats").Build()).ToString()
+	require.NoError(t, err)
+	t.Logf("server errors: %s", strings.Join(strings.Fields(stats), " "))
+	assert.Contains(t, stats, "errorstat_BUSY:count=", "nothing was refused BUSY: the test proved nothing")
+	var refused int
+	for _, line := range strings.Fields(stats) {
+		if n, ok := strings.CutPrefix(line, "errorstat_BUSY:count="); ok {
+			_, _ = fmt.Sscan(n, &refused)
+		}
+	}
+	assert.GreaterOrEqual(t, refused, 3, "the refused append, the claim's and the append's first tries")
+}

@@ -1,0 +1,405 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
+)
+
+// Defaults of RetryPolicy and Durability.
+const (
+	DefaultRetryAttempts     = 5
+	DefaultRetryMinBackoff   = 10 * time.Millisecond
+	DefaultRetryMaxBackoff   = 500 * time.Millisecond
+	DefaultDurabilityTimeout = time.Second
+)
+
+// RetryPolicy bounds the store's own retries of a failed command. The
+// store retries a command the server refused without running it
+// (a2redis.ErrUnavailable, or a connection that could not be opened) for
+// every operation, and a command whose outcome is unknown (the connection
+// failed, or AttemptTimeout passed, after it was sent) only for the
+// operations that are safe to repeat: every one except ClaimAvailable and
+// Redrive (see the README, "Retries and failures"). Every retry sends the
+// same arguments, event ids included, so a lost reply becomes a replay.
+// Retries stop when the caller's context ends or its deadline is nearer
+// than the next backoff.
+type RetryPolicy struct {
+	// Attempts is the most tries of one command, the first included.
+	// Default DefaultRetryAttempts (5); 1 turns retrying off.
+	Attempts int
+	// MinBackoff and MaxBackoff bound the wait before a retry: before the
+	// n-th retry a random time in [0, min(MaxBackoff, MinBackoff·2^(n-1))]
+	// ("full jitter"). Defaults DefaultRetryMinBackoff (10ms) and
+	// DefaultRetryMaxBackoff (500ms).
+	MinBackoff, MaxBackoff time.Duration
+	// AttemptTimeout, when positive, bounds each try: a try without a reply
+	// by then has an unknown outcome (it may still commit) and is retried
+	// like a failed connection, within the caller's context. Default 0: a
+	// try lasts as long as the caller's context.
+	AttemptTimeout time.Duration
+}
+
+// Durability makes every write script wait until the write is on replicas
+// (WAIT) and/or in the append-only file (WAITAOF, Redis 7.2+) before the
+// store reports it. A write that is not acknowledged in time fails with a
+// *a2redis.ReplicationError (a2redis.ErrNotReplicated): the master applied
+// it and does not roll it back, but a failover may lose it. Replays are
+// covered too: the wait follows a no-op rewrite of the session's counter,
+// so it waits for every write the master applied before, an earlier try's
+// included. The zero value waits for nothing (asynchronous replication:
+// a failover may lose acknowledged writes).
+type Durability struct {
+	// Replicas is how many replicas must acknowledge each write. Default 0.
+	Replicas int
+	// AOF also waits until the master has fsynced the write to its
+	// append-only file (and each of the Replicas to theirs): WAITAOF 1
+	// Replicas. Needs Redis 7.2+ with appendonly yes; New fails with
+	// a2redis.ErrInvalidArgument on a server without WAITAOF.
+	AOF bool
+	// Timeout bounds each wait (and is shortened to fit the caller's
+	// deadline). Default DefaultDurabilityTimeout (1s).
+	Timeout time.Duration
+}
+
+func (d Durability) enabled() bool { return d.Replicas > 0 || d.AOF }
+
+// checkRetries validates and defaults cfg's retry and durability settings.
+func checkRetries(cfg *Config) error {
+	r := &cfg.Retries
+	if r.Attempts < 0 {
+		return check.Invalid("Config.Retries.Attempts", "is negative (%d)", r.Attempts)
+	}
+	if r.MinBackoff < 0 || r.MaxBackoff < 0 || r.AttemptTimeout < 0 {
+		return check.Invalid("Config.Retries", "has a negative duration")
+	}
+	if r.Attempts == 0 {
+		r.Attempts = DefaultRetryAttempts
+	}
+	if r.MinBackoff == 0 {
+		r.MinBackoff = DefaultRetryMinBackoff
+	}
+	if r.MaxBackoff == 0 {
+		r.MaxBackoff = DefaultRetryMaxBackoff
+	}
+	r.MaxBackoff = max(r.MaxBackoff, r.MinBackoff)
+	d := &cfg.Durability
+	if d.Replicas < 0 {
+		return check.Invalid("Config.Durability.Replicas", "is negative (%d)", d.Replicas)
+	}
+	if d.Timeout < 0 {
+		return check.Invalid("Config.Durability.Timeout", "is negative (%v)", d.Timeout)
+	}
+	if d.Timeout == 0 {
+		d.Timeout = DefaultDurabilityTimeout
+	}
+	return nil
+}
+
+// failure is how a failed try ended, for the retry decision.
+type failure int
+
+const (
+	// final: an answer (a reply, a contract refusal, the caller's context
+	// or a closed client); never retried.
+	final failure = iota
+	// refused: the server refused the command without running it, or it
+	// was never sent; retried for every operation.
+	refused
+	// unknown: the command may have run; retried only when repeating it is
+	// safe.
+	unknown
+)
+
+// The server replies meaning "not now" (a2redis.ErrUnavailable). The
+// "non local key" error is a script's: its KEYS[1] is on this node but a
+// key it reaches has already migrated. Scripts touch every key before
+// their first write, so such a script wrote nothing.
+var unavailablePrefixes = []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY ", "ASK ", "MOVED ", "READONLY", "NOREPLICAS"}
+
+// classify tells how err (of a try run under tryCtx, within the caller's
+// ctx) ended, and returns it typed: a refusal by the server wraps
+// a2redis.ErrUnavailable, a try that AttemptTimeout cut says so.
+func classify(ctx, tryCtx context.Context, err error) (failure, error) {
+	if err == nil || rueidis.IsRedisNil(err) {
+		return final, err
+	}
+	var reply *rueidis.RedisError
+	if errors.As(err, &reply) {
+		if unavailableReply(reply.Error()) {
+			return refused, fmt.Errorf("%w: %w", a2redis.ErrUnavailable, err)
+		}
+		return final, err
+	}
+	switch {
+	case ctx.Err() != nil:
+		return final, callerDeadline(ctx, err)
+	case errors.Is(err, rueidis.ErrClosing):
+		return final, err
+	case tryCtx != ctx && tryCtx.Err() != nil:
+		return unknown, fmt.Errorf("a2redis: no reply within Config.Retries.AttemptTimeout, the command may still run: %w", err)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return refused, fmt.Errorf("%w: %w", a2redis.ErrUnavailable, err)
+	}
+	return unknown, err
+}
+
+func unavailableReply(msg string) bool {
+	msg = strings.TrimPrefix(msg, "ERR ")
+	for _, p := range unavailablePrefixes {
+		if strings.HasPrefix(msg, p) || msg == strings.TrimSpace(p) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "non local key")
+}
+
+// retrying runs try until it succeeds, fails for good, or the policy gives
+// up; repeatable says whether a try whose outcome is unknown may be run
+// again. It returns try's last error, typed by classify.
+func (s *Store) retrying(ctx context.Context, repeatable bool, try func(ctx context.Context) error) error {
+	p := s.cfg.Retries
+	for n := 1; ; n++ {
+		tryCtx, cancel := ctx, context.CancelFunc(func() {})
+		if p.AttemptTimeout > 0 {
+			tryCtx, cancel = context.WithTimeout(ctx, p.AttemptTimeout)
+		}
+		err := try(tryCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		kind, err := classify(ctx, tryCtx, err)
+		if kind == final || (kind == unknown && !repeatable) || n >= p.Attempts {
+			return err
+		}
+		wait := rand.N(min(p.MaxBackoff, p.MinBackoff<<min(n-1, 30)) + 1)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wait {
+			return callerDeadline(ctx, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return callerDeadline(ctx, err)
+		case <-t.C:
+		}
+	}
+}
+
+// callerDeadline is the error of tries the caller's context ended (or
+// whose deadline leaves no time for another): it matches the context's
+// error (context.DeadlineExceeded when it has not quite passed) and wraps
+// the last try's.
+func callerDeadline(ctx context.Context, err error) error {
+	cause := ctx.Err()
+	if cause == nil {
+		cause = context.DeadlineExceeded
+	}
+	if errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w (last try: %w)", cause, err)
+}
+
+// repeatable reports whether running a script again after a try whose
+// outcome is unknown is safe: every script but the claims (a second claim
+// would bump the attempt again) and redrive (a second retry or skip would
+// find no dead letter and report Redriven false). The others replay what
+// an earlier try committed or write the same thing again.
+func repeatable(name string) bool {
+	switch name {
+	case "claim", "claim_fast", "redrive":
+		return false
+	}
+	return true
+}
+
+// do sends a read (or an idempotent write) with the store's retries. The
+// command is pinned, so rueidis does not recycle it between tries.
+func (s *Store) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	cmd = cmd.Pin()
+	var res rueidis.RedisResult
+	err := s.retrying(ctx, true, func(ctx context.Context) error {
+		res = s.client.Do(ctx, cmd)
+		return res.Error()
+	})
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return rueidis.NewErrorResult(err)
+	}
+	return res
+}
+
+// doMulti is do for reads sent together; a failed one retries them all.
+func (s *Store) doMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	for i := range cmds {
+		cmds[i] = cmds[i].Pin()
+	}
+	var res []rueidis.RedisResult
+	err := s.retrying(ctx, true, func(ctx context.Context) error {
+		res = s.client.DoMulti(ctx, cmds...)
+		for _, r := range res {
+			if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		for i := range res {
+			res[i] = rueidis.NewErrorResult(err)
+		}
+	}
+	return res
+}
+
+// execScript runs one try of a script; with Durability on and a script
+// that writes, the script, a no-op rewrite of the session's counter and
+// the wait go out together on one connection, and a shortfall is returned
+// as the second error.
+func (s *Store) execScript(ctx context.Context, lua *rueidis.Lua, readOnly bool, session string, args []string) (rueidis.RedisMessage, *a2redis.ReplicationError, error) {
+	k := s.keys(session)
+	if readOnly || !s.cfg.Durability.enabled() {
+		msg, err := lua.Exec(ctx, s.client, []string{k.Count()}, args).ToMessage()
+		return msg, nil, err
+	}
+	w := &waitingClient{Client: s.client, s: s, count: k.Count(), clear: k.Clear()}
+	msg, err := lua.Exec(ctx, w, []string{k.Count()}, args).ToMessage()
+	if err != nil {
+		return msg, nil, err
+	}
+	return msg, s.replicated(w.touch, w.wait), nil
+}
+
+// touchScript rewrites the session's counter (or, for a collapsed session,
+// its clear marker) with its own value: a write that is replicated, so a
+// WAIT after it covers every write the master applied before, including a
+// replayed batch's first try.
+const touchScript = `for _, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  if v then redis.call('SET', k, v, 'KEEPTTL') return 1 end
+end
+return 0`
+
+// waitingClient sends each command Lua.Exec sends (EVALSHA, then EVAL on
+// NOSCRIPT) together with the touch and the wait, on one connection (WAIT
+// blocks, so rueidis takes a pooled connection for the three).
+type waitingClient struct {
+	rueidis.Client
+	s            *Store
+	count, clear string
+	touch, wait  rueidis.RedisResult
+}
+
+func (w *waitingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c, d := w.Client, w.s.cfg.Durability
+	timeout := d.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave the wait time to answer before the deadline cuts it.
+		timeout = max(min(timeout, time.Until(dl)*3/4), time.Millisecond)
+	}
+	touch := c.B().Eval().Script(touchScript).Numkeys(2).Key(w.count, w.clear).Build()
+	var wait rueidis.Completed
+	if d.AOF {
+		wait = c.B().Waitaof().Numlocal(1).Numreplicas(int64(d.Replicas)).Timeout(timeout.Milliseconds()).Build()
+	} else {
+		wait = c.B().Wait().Numreplicas(int64(d.Replicas)).Timeout(timeout.Milliseconds()).Build()
+	}
+	res := c.DoMulti(ctx, cmd, touch, wait)
+	w.touch, w.wait = res[1], res[2]
+	return res[0]
+}
+
+// replicated checks the touch and the wait that followed a write.
+func (s *Store) replicated(touch, wait rueidis.RedisResult) *a2redis.ReplicationError {
+	d := s.cfg.Durability
+	e := &a2redis.ReplicationError{Replicas: d.Replicas, Acked: -1, AOF: d.AOF}
+	if err := touch.Error(); err != nil {
+		e.Err = err
+		return e
+	}
+	if d.AOF {
+		acks, err := wait.AsIntSlice()
+		if err == nil && len(acks) != 2 {
+			err = fmt.Errorf("%w: WAITAOF replied %v", a2redis.ErrUnexpectedReply, acks)
+		}
+		if err != nil {
+			e.Err = err
+			return e
+		}
+		e.LocalAOF, e.Acked = acks[0] >= 1, int(acks[1])
+		if e.LocalAOF && e.Acked >= d.Replicas {
+			return nil
+		}
+		return e
+	}
+	acked, err := wait.AsInt64()
+	if err != nil {
+		e.Err = err
+		return e
+	}
+	if e.Acked = int(acked); e.Acked >= d.Replicas {
+		return nil
+	}
+	return e
+}
+
+// checkDurability asks the server whether it has the wait commands
+// Durability needs (WAITAOF came with Redis 7.2).
+func (s *Store) checkDurability(ctx context.Context) error {
+	d := s.cfg.Durability
+	if !d.enabled() {
+		return nil
+	}
+	c := s.client
+	name, cmd := "WAIT", c.B().Wait().Numreplicas(0).Timeout(1).Build()
+	field, needs := "Config.Durability.Replicas", "WAIT"
+	if d.AOF {
+		// WAITAOF 1 also fails on a server without appendonly yes.
+		name, cmd = "WAITAOF", c.B().Waitaof().Numlocal(1).Numreplicas(0).Timeout(1).Build()
+		field, needs = "Config.Durability.AOF", "WAITAOF (Redis 7.2+, with appendonly yes)"
+	}
+	err := c.Do(ctx, cmd).Error()
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return check.Invalid(field, "needs %s, which the server refused: %v", needs, err)
+	}
+	if err != nil {
+		return fmt.Errorf("a2redis: asking the server for %s: %w", name, err)
+	}
+	return nil
+}
+
+// notReplicatedOnly takes a replication shortfall out of *err when the
+// script replied (the write is applied), and returns it.
+func notReplicatedOnly(reply []rueidis.RedisMessage, err *error) error {
+	var e *a2redis.ReplicationError
+	if reply == nil || !errors.As(*err, &e) {
+		return nil
+	}
+	*err = nil
+	return e
+}
+
+// writeError is the error of a batch the store gave up on after sending
+// it, or after trying to: a *a2redis.BatchError with the batch's ids.
+func writeError(session string, batch []prepared, err error) error {
+	if err == nil || len(batch) == 0 {
+		return err
+	}
+	ids := make([]string, len(batch))
+	for i, e := range batch {
+		ids[i] = e.id
+	}
+	return &a2redis.BatchError{Session: session, IDs: ids, Err: err}
+}
