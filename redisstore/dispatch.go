@@ -760,28 +760,6 @@ func (s *Store) FailAttempt(ctx context.Context, req FailRequest) (FailResult, e
 	return FailResult{}, fmt.Errorf("%w: fail replied %v", a2redis.ErrUnexpectedReply, reply)
 }
 
-// DeadLetters returns the session's dead-lettered heads, sorted by index
-// then consumer.
-func (s *Store) DeadLetters(ctx context.Context, session string) ([]a2redis.HeadEvent, error) {
-	if err := checkSession(session); err != nil {
-		return nil, err
-	}
-	reply, err := s.run(ctx, "dead_letters", session, nil)
-	if err != nil {
-		return nil, err
-	}
-	heads := make([]a2redis.HeadEvent, 0, len(reply))
-	for _, m := range reply {
-		head, err := headOf(session, m)
-		if err != nil {
-			return nil, err
-		}
-		heads = append(heads, head)
-	}
-	sortHeads(heads)
-	return heads, nil
-}
-
 // RedriveAction is what a redrive does with a dead-lettered head.
 type RedriveAction string
 
@@ -907,49 +885,4 @@ func (s *Store) WakeLog(ctx context.Context, session string, consumer a2redis.Co
 		},
 		SessionHead: sessionHead,
 	}, nil
-}
-
-// Cursors returns every lane and log cursor of a session and every event
-// cursor with a head, sorted by consumer, then lane (event cursors last),
-// then head.
-func (s *Store) Cursors(ctx context.Context, session string) ([]a2redis.Cursor, error) {
-	if err := checkSession(session); err != nil {
-		return nil, err
-	}
-	reply, err := s.run(ctx, "cursors", session, nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]a2redis.Cursor, 0, len(reply))
-	for _, m := range reply {
-		parts := array(m)
-		if len(parts) != 5 {
-			return nil, fmt.Errorf("%w: cursor tuple %v", a2redis.ErrUnexpectedReply, m)
-		}
-		kind, lane := cursorOf(text(parts[1]))
-		c := a2redis.Cursor{Consumer: text(parts[0]), Lane: lane, Kind: kind, Dispatch: dispatch(parts[4])}
-		if c.Position, err = asInt(parts[2]); err != nil {
-			return nil, err
-		}
-		if !parts[3].IsNil() {
-			if c.Head, err = asInt(parts[3]); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, c)
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Consumer != b.Consumer {
-			return a.Consumer < b.Consumer
-		}
-		if (a.Kind == a2redis.EventCursor) != (b.Kind == a2redis.EventCursor) {
-			return b.Kind == a2redis.EventCursor
-		}
-		if a.Lane != b.Lane {
-			return strings.Compare(a.Lane, b.Lane) < 0
-		}
-		return a.Head < b.Head
-	})
-	return out, nil
 }
