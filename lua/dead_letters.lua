@@ -4,7 +4,9 @@
 -- clear marker (Store.DeadLettersPage), lowest index first: a
 -- dead-lettered head scores minus its index in the runnable set. A page
 -- lists at most `limit` heads, so no call holds the server long however
--- many there are.
+-- many there are. The events are not in the reply: the store reads them
+-- with a plain XRANGE per run of indexes (an entry moved into Lua and back
+-- out costs the server far more).
 --
 -- KEYS[1]  the session counter
 -- ARGV[1]  limit: the most heads the page lists
@@ -13,8 +15,8 @@
 --
 -- Reply: { next, head... } where next is {} after the last page, else
 -- { score, member } (where the next page starts), and each head is
--- { consumer, tag, index, columns, entry } with columns d fc lc ch ce a lf
--- lfa e f.
+-- { consumer, tag, index, columns } with columns d fc lc ch ce a lf lfa e
+-- f.
 local limit = tonumber(ARGV[1])
 local page = ready_page(ARGV[2], ARGV[3], limit, true, '(0')
 local reply = { {} }
@@ -32,10 +34,6 @@ for i = 1, #page, 2 do
 end
 local rows = read_rows(refs, { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f' })
 for k, item in ipairs(items) do
-  local at = int(item[3]) .. '-0'
-  local entry = redis.call('XRANGE', LOG, at, at)[1]
-  if entry then
-    reply[#reply + 1] = { item[1], item[2], int(item[3]), rows[k], entry }
-  end
+  reply[#reply + 1] = { item[1], item[2], int(item[3]), rows[k] }
 end
 return reply

@@ -276,31 +276,9 @@ func (s *Store) claimedEvents(ctx context.Context, session string, r *ClaimResul
 			indexes = append(indexes, h.Index)
 		}
 	}
-	slices.Sort(indexes)
-	indexes = slices.Compact(indexes)
-	log := s.keys(session).Log()
-	var cmds rueidis.Commands
-	for first := 0; first < len(indexes); {
-		last := first
-		for last+1 < len(indexes) && indexes[last+1] == indexes[last]+1 {
-			last++
-		}
-		cmds = append(cmds, s.client.B().Xrange().Key(log).Start(itoa(indexes[first])+"-0").End(itoa(indexes[last])+"-0").Build())
-		first = last + 1
-	}
-	events := make(map[int64]a2redis.StoredEvent, len(indexes))
-	for _, res := range s.client.DoMulti(ctx, cmds...) {
-		entries, err := res.ToArray()
-		if err != nil {
-			return err
-		}
-		for _, m := range entries {
-			ev, err := entry(session, m)
-			if err != nil {
-				return err
-			}
-			events[ev.Index] = ev
-		}
+	events, err := s.events(ctx, session, indexes)
+	if err != nil {
+		return err
 	}
 	fill := func(list []a2redis.HeadEvent) ([]a2redis.HeadEvent, bool) {
 		out, gone := list[:0], false
@@ -333,6 +311,40 @@ func (s *Store) claimedEvents(ctx context.Context, session string, r *ClaimResul
 	}
 	r.ClearIndex = max(r.ClearIndex, b.ClearIndex)
 	return nil
+}
+
+// events reads the events at indexes (in any order, repeats allowed) with
+// one XRANGE per run of consecutive indexes, sent together. An index with
+// no event is left out.
+func (s *Store) events(ctx context.Context, session string, indexes []int64) (map[int64]a2redis.StoredEvent, error) {
+	indexes = slices.Clone(indexes)
+	slices.Sort(indexes)
+	indexes = slices.Compact(indexes)
+	log := s.keys(session).Log()
+	var cmds rueidis.Commands
+	for first := 0; first < len(indexes); {
+		last := first
+		for last+1 < len(indexes) && indexes[last+1] == indexes[last]+1 {
+			last++
+		}
+		cmds = append(cmds, s.client.B().Xrange().Key(log).Start(itoa(indexes[first])+"-0").End(itoa(indexes[last])+"-0").Build())
+		first = last + 1
+	}
+	events := make(map[int64]a2redis.StoredEvent, len(indexes))
+	for _, res := range s.client.DoMulti(ctx, cmds...) {
+		entries, err := res.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range entries {
+			ev, err := entry(session, m)
+			if err != nil {
+				return nil, err
+			}
+			events[ev.Index] = ev
+		}
+	}
+	return events, nil
 }
 
 func sortHeads(heads []a2redis.HeadEvent) {

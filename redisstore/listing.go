@@ -248,9 +248,34 @@ func (s *Store) DeadLettersPage(ctx context.Context, session string, req PageReq
 	if err != nil {
 		return DeadLetterPage{}, err
 	}
-	return deadLetterPage(session, reply)
+	page, err := deadLetterPage(session, reply)
+	if err != nil || len(page.DeadLetters) == 0 {
+		return page, err
+	}
+	// The events, read after the page: stored events never change, and a
+	// head whose event a clear and a reclaim deleted meanwhile belongs to a
+	// past lifetime.
+	indexes := make([]int64, len(page.DeadLetters))
+	for i, h := range page.DeadLetters {
+		indexes[i] = h.Index
+	}
+	events, err := s.events(ctx, session, indexes)
+	if err != nil {
+		return DeadLetterPage{}, err
+	}
+	heads := page.DeadLetters[:0]
+	for _, h := range page.DeadLetters {
+		if ev, ok := events[h.Index]; ok {
+			h.StoredEvent = ev
+			heads = append(heads, h)
+		}
+	}
+	page.DeadLetters = heads
+	return page, nil
 }
 
+// deadLetterPage decodes a dead_letters reply; the heads' events are left
+// for DeadLettersPage.
 func deadLetterPage(session string, reply []rueidis.RedisMessage) (DeadLetterPage, error) {
 	if len(reply) == 0 {
 		return DeadLetterPage{}, fmt.Errorf("%w: dead_letters replied %v", a2redis.ErrUnexpectedReply, reply)
@@ -264,11 +289,19 @@ func deadLetterPage(session string, reply []rueidis.RedisMessage) (DeadLetterPag
 		return DeadLetterPage{}, fmt.Errorf("%w: dead_letters replied next %v", a2redis.ErrUnexpectedReply, reply[0])
 	}
 	for _, m := range reply[1:] {
-		head, err := headOf(session, m)
+		parts := array(m)
+		if len(parts) != 4 {
+			return DeadLetterPage{}, fmt.Errorf("%w: dead letter %v", a2redis.ErrUnexpectedReply, m)
+		}
+		index, err := asInt(parts[2])
 		if err != nil {
 			return DeadLetterPage{}, err
 		}
-		page.DeadLetters = append(page.DeadLetters, head)
+		kind, lane := cursorOf(text(parts[1]))
+		page.DeadLetters = append(page.DeadLetters, a2redis.HeadEvent{
+			StoredEvent: a2redis.StoredEvent{Session: session, Index: index},
+			Consumer:    text(parts[0]), Lane: lane, Kind: kind, Dispatch: dispatch(parts[3]),
+		})
 	}
 	sortHeads(page.DeadLetters)
 	return page, nil

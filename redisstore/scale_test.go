@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,9 +46,25 @@ func scaleSize(t *testing.T, name string, def int) int {
 // 0) and resets it: per script (by name), its calls and its longest and
 // total run time.
 type scriptTimes struct {
-	name       string
-	calls      int
-	max, total time.Duration
+	name  string
+	calls []time.Duration // sorted
+	total time.Duration
+}
+
+// at is the q-quantile of the calls' times.
+func (s *scriptTimes) at(q float64) time.Duration {
+	return s.calls[min(int(q*float64(len(s.calls))), len(s.calls)-1)]
+}
+
+// over counts the calls longer than d.
+func (s *scriptTimes) over(d time.Duration) int {
+	n := 0
+	for _, c := range s.calls {
+		if c > d {
+			n++
+		}
+	}
+	return n
 }
 
 func slowest(t *testing.T, ctx context.Context, c rueidis.Client, shas map[string]string) map[string]*scriptTimes {
@@ -63,6 +81,9 @@ func slowest(t *testing.T, ctx context.Context, c rueidis.Client, shas map[strin
 		args, err := fields[3].ToArray()
 		require.NoError(t, err)
 		cmd, _ := args[0].ToString()
+		if strings.EqualFold(cmd, "SLOWLOG") {
+			continue
+		}
 		name := cmd
 		if cmd == "EVALSHA" || cmd == "evalsha" {
 			sha, _ := args[1].ToString()
@@ -75,12 +96,31 @@ func slowest(t *testing.T, ctx context.Context, c rueidis.Client, shas map[strin
 			s = &scriptTimes{name: name}
 			out[name] = s
 		}
-		s.calls++
 		d := time.Duration(us) * time.Microsecond
+		s.calls = append(s.calls, d)
 		s.total += d
-		s.max = max(s.max, d)
+	}
+	for _, s := range out {
+		slices.Sort(s.calls)
 	}
 	return out
+}
+
+// serverCPU is the server's user + system CPU time so far (INFO cpu).
+func serverCPU(t *testing.T, ctx context.Context, c rueidis.Client) time.Duration {
+	t.Helper()
+	info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
+	require.NoError(t, err)
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user_main_thread" || name == "used_cpu_sys_main_thread") {
+			v, err := strconv.ParseFloat(value, 64)
+			require.NoError(t, err)
+			total += v
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // TestScale builds one big session on a private redis-server that logs
@@ -151,26 +191,55 @@ func TestScale(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, r.DeadLettered, redisstore.DefaultMaxBatch)
 	}
-	mem, _ := client.Do(ctx, client.B().Arbitrary("MEMORY", "STATS").Build()).AsStrMap()
+	info, _ := client.Do(ctx, client.B().Info().Section("memory").Build()).ToString()
+	used := ""
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory_human:"); ok {
+			used = v
+		}
+	}
 	t.Logf("built %d event heads, %d lane cursors, %d dead letters in %v (used_memory %s)",
-		heads, lanes, deadLetters, time.Since(built).Round(time.Second), mem["dataset.bytes"])
+		heads, lanes, deadLetters, time.Since(built).Round(time.Second), used)
 	slowest(t, ctx, client, shas)
 
+	// Per operation: its script calls' longest, 99th-percentile and median
+	// run time (SLOWLOG: wall time, which on a shared machine includes
+	// time the server was not scheduled), how many took over 20 ms, and
+	// the server's main-thread CPU time per call (INFO cpu).
 	report := func(op string, script string, run func()) {
 		t.Helper()
+		cpu := serverCPU(t, ctx, client)
 		start := time.Now()
 		run()
 		wall := time.Since(start)
+		cpu = serverCPU(t, ctx, client) - cpu
 		times := slowest(t, ctx, client, shas)
 		s := times[script]
 		require.NotNil(t, s, "%s ran no %s script", op, script)
-		t.Logf("%-34s %-14s %6d calls, longest %8v, total %9v (wall %v)", op, script, s.calls, s.max, s.total, wall.Round(time.Millisecond))
+		n := len(s.calls)
+		t.Logf("%-30s %-13s %5d calls: longest %8v, p99 %8v, median %8v, %d over 20ms; CPU/call %v; wall %v",
+			op, script, n, s.at(1), s.at(0.99), s.at(0.5), s.over(20*time.Millisecond),
+			(cpu / time.Duration(n)).Round(time.Microsecond), wall.Round(time.Millisecond))
 		for _, other := range times {
-			if other.name != script && other.max > 5*time.Millisecond {
-				t.Logf("%-34s %-14s %6d calls, longest %8v", "", other.name, other.calls, other.max)
+			if other.name != script && strings.ToLower(other.name) == other.name && other.name != "" {
+				t.Logf("%-30s %-13s %5d calls: longest %8v", "", other.name, len(other.calls), other.at(1))
 			}
 		}
 	}
+	// A control: a script of fixed work about as long as a listing page
+	// (ZRANGE of 256 members, 20 times), as many times as Cursors makes
+	// calls. Its longest calls show what the shared machine adds.
+	control := rueidis.NewLuaScript("for i = 1, tonumber(ARGV[1]) do redis.call('ZRANGE', KEYS[1], 0, 255, 'WITHSCORES') end return 1")
+	sum := sha1.Sum([]byte("for i = 1, tonumber(ARGV[1]) do redis.call('ZRANGE', KEYS[1], 0, 255, 'WITHSCORES') end return 1"))
+	shas[hex.EncodeToString(sum[:])] = "control"
+	runnable := keysFor(&env{prefix: "scale"}, session).Runnable()
+	require.NoError(t, control.Exec(ctx, client, []string{runnable}, []string{"1"}).Error())
+	slowest(t, ctx, client, shas)
+	report("control (fixed work)", "control", func() {
+		for range (heads + lanes) / redisstore.DefaultPageLimit {
+			require.NoError(t, control.Exec(ctx, client, []string{runnable}, []string{"20"}).Error())
+		}
+	})
 	report("Cursors", "cursors", func() {
 		cursors, err := store.Cursors(ctx, session)
 		require.NoError(t, err)
@@ -203,11 +272,32 @@ func TestScale(t *testing.T) {
 		_, err := store.Append(ctx, session, batch, redisstore.AppendOptions{})
 		require.NoError(t, err)
 	})
-	report("Clear + Reclaim", "reclaim", func() {
-		_, err := store.Clear(ctx, session, redisstore.ClearOptions{})
+	// Reclaim: the calls that delete log pages, then the last one, which
+	// also sweeps (over many script calls).
+	_, err = store.Clear(ctx, session, redisstore.ClearOptions{})
+	require.NoError(t, err)
+	slowest(t, ctx, client, shas)
+	var pages, sweep *scriptTimes
+	for pages == nil || sweep == nil {
+		r, err := store.ReclaimPage(ctx, session)
 		require.NoError(t, err)
-		r, err := store.Reclaim(ctx, session)
-		require.NoError(t, err)
-		require.True(t, r.Done)
-	})
+		times := slowest(t, ctx, client, shas)["reclaim"]
+		into := &pages
+		if r.Done {
+			into = &sweep
+		}
+		if *into == nil {
+			*into = &scriptTimes{name: "reclaim"}
+		}
+		(*into).calls = append((*into).calls, times.calls...)
+		(*into).total += times.total
+	}
+	for _, b := range []struct {
+		op string
+		s  *scriptTimes
+	}{{"Reclaim (log pages)", pages}, {"Reclaim (last page + sweep)", sweep}} {
+		slices.Sort(b.s.calls)
+		t.Logf("%-30s %-13s %5d calls: longest %8v, p99 %8v, median %8v, %d over 20ms",
+			b.op, "reclaim", len(b.s.calls), b.s.at(1), b.s.at(0.99), b.s.at(0.5), b.s.over(20*time.Millisecond))
+	}
 }

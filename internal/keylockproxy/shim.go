@@ -18,7 +18,7 @@ var keyPositions = map[string]string{
 	"HKEYS": "first", "HVALS": "first", "HLEN": "first", "HINCRBY": "first", "HEXISTS": "first", "HSCAN": "first",
 	"ZADD": "first", "ZREM": "first", "ZRANGE": "first", "ZRANGEBYSCORE": "first", "ZREVRANGE": "first",
 	"ZREVRANGEBYSCORE": "first", "ZCOUNT": "first", "ZCARD": "first", "ZSCORE": "first", "ZMSCORE": "first",
-	"ZREMRANGEBYSCORE": "first", "ZINCRBY": "first", "ZRANK": "first", "ZREVRANK": "first",
+	"ZREMRANGEBYSCORE": "first", "ZINCRBY": "first", "ZRANK": "first", "ZREVRANK": "first", "ZREMRANGEBYRANK": "first",
 	"SMEMBERS": "first", "SADD": "first", "SREM": "first", "SCARD": "first", "SISMEMBER": "first",
 	"PUBLISH": "none",
 }
