@@ -1,8 +1,10 @@
 package redisstore_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -222,4 +224,31 @@ func TestListingRejectsBadPages(t *testing.T) {
 	}
 	_, err := e.store.CursorsPage(e.ctx, "", redisstore.PageRequest{})
 	assert.ErrorIs(t, err, a2redis.ErrInvalidArgument)
+}
+
+// A presence of more fields than one HSCAN step or one prune call holds is
+// read whole, and pruned whole once it expires.
+func TestPresenceReadsInSteps(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		const n = 1200
+		values := make(map[string]json.RawMessage, n)
+		for i := range n {
+			values[fmt.Sprintf("f%04d", i)] = json.RawMessage(`1`)
+		}
+		_, err := e.store.PresenceSet(e.ctx, "s", redisstore.PresenceWrite{Participant: "p", Values: values, At: e.clock.Now(), TTL: time.Minute})
+		require.NoError(t, err)
+		got, err := e.store.PresenceRead(e.ctx, "s")
+		require.NoError(t, err)
+		require.Len(t, got, n)
+		assert.Equal(t, "f0000", got[0].Field)
+		assert.Equal(t, "f1199", got[n-1].Field)
+
+		e.clock.Advance(2 * time.Minute)
+		got, err = e.store.PresenceRead(e.ctx, "s")
+		require.NoError(t, err)
+		assert.Empty(t, got)
+		left, err := e.client.Do(e.ctx, e.client.B().Hlen().Key(keysFor(e, "s").Presence()).Build()).AsInt64()
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), left, "every expired field pruned")
+	})
 }
