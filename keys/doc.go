@@ -50,6 +50,9 @@
 //	snap-history:<red.>  zset        pinned older snapshots, score = index
 //	snap-reducers        set         reducer names that have a snapshot
 //	presence             hash        presence entries
+//	sweep                string      "<clear index>:<phase>:<cursor>": how far
+//	                                 the sweep of a past lifetime got (only
+//	                                 while one is due or under way)
 //
 // Channels of one session (pub/sub channel names, not keys; they carry the
 // session's hash tag so that sharded pub/sub routes them to the session's

@@ -187,6 +187,11 @@ func (s Session) Presence() string { return s.base + "presence" }
 // Live is the string key holding the number of live runnable heads.
 func (s Session) Live() string { return s.base + "live" }
 
+// Sweep is the string key saying how far the sweep of a past lifetime got,
+// "<clear index>:<phase>:<cursor>"; it exists only while a reclaim's sweep
+// is due or under way.
+func (s Session) Sweep() string { return s.base + "sweep" }
+
 // NotifyChannel is the pub/sub channel (not a key) announcing new work in
 // the session. It carries the session's hash tag so that sharded pub/sub
 // routes it to the session's slot.

@@ -93,7 +93,7 @@ local function held_heads(cids)
     end
   end
   if #names > 0 then
-    local values = redis.call('HMGET', CURSORS, unpack(names))
+    local values = sliced('HMGET', CURSORS, names)
     for k, value in ipairs(values) do heads[at[k]] = tonumber(value or '') end
   end
   return heads

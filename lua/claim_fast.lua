@@ -67,7 +67,7 @@ for i = 1, n do
 end
 -- A head claimed before (it has an attempt) is the general path's.
 for _, chunk in ipairs(order) do
-  for _, attempt in ipairs(redis.call('HMGET', chunk.key, unpack(chunk.names))) do
+  for _, attempt in ipairs(sliced('HMGET', chunk.key, chunk.names)) do
     if attempt then return { 'general' } end
   end
 end

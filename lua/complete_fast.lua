@@ -54,12 +54,12 @@ end
 -- lettered, the row's kind the request's.
 local outcomes, nexts, done = { 'ok' }, {}, 0
 for _, chunk in ipairs(order) do
-  local values = redis.call('HMGET', chunk.key, unpack(chunk.names))
+  local values = sliced('HMGET', chunk.key, chunk.names)
   for n, j in ipairs(chunk.members) do
     local at = (n - 1) * #COLUMNS
     local d, p, ch, f, l = values[at + 1], values[at + 2], values[at + 3], values[at + 4], values[at + 5]
     if p or values[at + 6] or values[at + 7] or values[at + 8] then return { 'general' } end
-    if l and string.byte(l) == 71 then return { 'general' } end -- a log head: 'G<lane>'
+    if l and string.byte(l, 1) == 71 then return { 'general' } end -- a log head: 'G<lane>'
     local o = 3 + (j - 1) * 4
     if tonumber(ARGV[o + 3]) <= boundary or tonumber(d or '0') ~= tonumber(ARGV[o + 4])
       or not ch or f or l ~= ARGV[o + 2] then

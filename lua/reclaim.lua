@@ -1,17 +1,20 @@
 --@include sweep
 -- reclaim: deletes one page of a past lifetime — log entries below the clear
 -- marker and the id keys and id blocks that still name them (an id reused in
--- the new lifetime keeps its new owner) — and, once none is left, sweeps what
--- the past lifetimes left (see sweep). Safe to run repeatedly and concurrently:
--- each run takes the next page, and a finished session only sweeps again.
+-- the new lifetime keeps its new owner) — and, once none is left, sweeps
+-- what the past lifetimes left (see sweep), a bounded amount per call. Safe
+-- to run repeatedly and concurrently: each run takes the next page or goes
+-- on with the sweep, and a finished session does nothing.
 --
 -- KEYS[1]  the session counter
 -- ARGV[1]  page size (entries per run)
 --
 -- Replies: { deleted, done } — entries this run removed, and 1 once nothing
--- of a past lifetime remains (else 0).
+-- of a past lifetime remains, 0 while log entries of one do, 's' while the
+-- sweep is under way (run again to go on with it).
 read_bounds()
 if boundary == 0 then return { 0, 1 } end
+local phase, cursor = sweep_state()
 local page = tonumber(ARGV[1])
 local entries = redis.call('XRANGE', LOG, '-', int(boundary - 1) .. '-0', 'COUNT', page)
 local removed = 0
@@ -45,7 +48,12 @@ if #entries > 0 then
   for first = 1, #stream_ids, 1000 do
     removed = removed + redis.call('XDEL', LOG, unpack(stream_ids, first, math.min(first + 999, #stream_ids)))
   end
-  if #entries == page then return { removed, 0 } end
+  if #entries == page then
+    if not phase then sweep_due() end
+    return { removed, 0 }
+  end
+elseif not phase then
+  -- Nothing below the marker and no sweep due: swept already.
+  return { 0, 1 }
 end
-sweep()
-return { removed, 1 }
+return { removed, sweep_run(phase or 'r', cursor or '0') and 1 or 's' }

@@ -109,24 +109,37 @@ type ReclaimResult struct {
 // records naming them. Once none is left it sweeps what the past lifetimes
 // left (head rows, type-index entries, checkpoints, pin counts, idle cursor
 // records) and reports Done; a lifetime that ended empty collapses to its
-// marker. Safe to call repeatedly and concurrently.
+// marker. The sweep of a big lifetime takes several script calls, each
+// bounded (about 500 fields, keys or entries), which ReclaimPage makes one
+// after the other; their progress is kept in Redis, so a call that ctx
+// ends is taken up by the next. Safe to call repeatedly and concurrently.
 func (s *Store) ReclaimPage(ctx context.Context, session string) (ReclaimResult, error) {
 	if err := checkSession(session); err != nil {
 		return ReclaimResult{}, err
 	}
-	reply, err := s.run(ctx, "reclaim", session, []string{itoa(ReclaimPageSize)})
-	if err != nil {
-		return ReclaimResult{}, err
+	var r ReclaimResult
+	for {
+		reply, err := s.run(ctx, "reclaim", session, []string{itoa(ReclaimPageSize)})
+		if err != nil {
+			return r, err
+		}
+		deleted, err := number(reply, 0)
+		if err != nil {
+			return r, err
+		}
+		r.Deleted += deleted
+		switch word(reply, 1) {
+		case "1":
+			r.Done = true
+			return r, nil
+		case "0":
+			return r, nil
+		case "s":
+			// The sweep goes on in the next call.
+		default:
+			return r, fmt.Errorf("%w: reclaim replied %v", a2redis.ErrUnexpectedReply, reply)
+		}
 	}
-	deleted, err := number(reply, 0)
-	if err != nil {
-		return ReclaimResult{}, err
-	}
-	done, err := number(reply, 1)
-	if err != nil {
-		return ReclaimResult{}, err
-	}
-	return ReclaimResult{Deleted: deleted, Done: done == 1}, nil
 }
 
 // Reclaim runs ReclaimPage until the session is done (or ctx ends), and

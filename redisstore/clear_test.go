@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -190,5 +191,91 @@ func TestReadAcrossAClearRetriesFromTheMarker(t *testing.T) {
 		got, err := e.store.Read(e.ctx, "s", 10, 0)
 		require.NoError(t, err)
 		assert.Equal(t, []int64{601, 602, 603, 604}, indexes(got))
+	})
+}
+
+// A big past lifetime is swept over several script calls, each bounded:
+// 3000 lane cursors (9000 record fields), a type index of 3000 entries and
+// three head chunks. The sweep's progress lives under the sweep key, a
+// newer clear in the middle starts it over, ReclaimPage goes on from where
+// a call stopped, and the end is what a one-call sweep leaves: only the
+// marker and the log cursor's record.
+func TestReclaimSweepsInPages(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		const lanes = 3000
+		audit := a2redis.Consumer{Name: "audit", Log: &a2redis.LogSpec{Lane: "all", Types: []string{"t"}}}
+		batch := make([]a2redis.Event, lanes)
+		for i := range batch {
+			batch[i] = a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c", Lane: "l" + strconv.Itoa(i)}}}
+		}
+		_, err := e.store.Append(e.ctx, "s", batch, redisstore.AppendOptions{Consumers: []a2redis.Consumer{audit, {Name: "c"}}})
+		require.NoError(t, err)
+		c := claim(t, e, redisstore.ClaimRequest{Limit: 2000})
+		completeAll(t, e, "s", c.Heads) // head rows in chunks 0 to 2
+		k := keysFor(e, "s")
+		n, err := e.client.Do(e.ctx, e.client.B().Zcard().Key(k.Type("t")).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Equal(t, int64(lanes), n, "the log cursor's type index")
+
+		// One reclaim script call: entries deleted, and "1" done, "0" more
+		// log pages, "s" the sweep goes on.
+		script := scripts.All()["reclaim"].Lua(false)
+		step := func() (int64, string) {
+			reply, err := script.Exec(e.ctx, e.client, []string{k.Count()}, []string{strconv.Itoa(redisstore.ReclaimPageSize)}).ToArray()
+			require.NoError(t, err)
+			require.Len(t, reply, 2)
+			deleted, err := reply[0].AsInt64()
+			require.NoError(t, err)
+			state, err := reply[1].ToString()
+			if err != nil {
+				n, err := reply[1].AsInt64()
+				require.NoError(t, err)
+				state = strconv.FormatInt(n, 10)
+			}
+			return deleted, state
+		}
+
+		// A sweep under way, then another clear: the sweep starts over.
+		first, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		for {
+			deleted, state := step()
+			require.NotEqual(t, "1", state)
+			if deleted == 0 {
+				require.Equal(t, "s", state)
+				break // a call that only sweeps
+			}
+		}
+		progress, err := e.client.Do(e.ctx, e.client.B().Get().Key(k.Sweep()).Build()).ToString()
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(progress, strconv.FormatInt(first.Index, 10)+":"), "the sweep key names the marker: %q", progress)
+		appendN(t, e, "s", 1, func(int) a2redis.Event { return a2redis.Event{Type: "u"} })
+		second, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		deleted, state := step()
+		assert.Equal(t, int64(2), deleted, "the first marker and the event after it")
+		assert.Equal(t, "s", state)
+		if !strings.HasSuffix(t.Name(), "/miniredis") { // its HSCAN returns a whole hash at once
+			for range 3 {
+				deleted, state = step()
+				require.Equal(t, int64(0), deleted)
+				require.Equal(t, "s", state, "9000 record fields sweep in pieces of about 500")
+			}
+		}
+		r, err := e.store.ReclaimPage(e.ctx, "s")
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.ReclaimResult{Done: true}, r, "ReclaimPage finishes the sweep")
+
+		ks := sessionKeys(t, e, "s")
+		assert.ElementsMatch(t, []string{k.Log(), k.Clear(), k.Cursors(), k.Listed()}, ks, "the lifetime collapsed to its marker (and its ready-index record)")
+		cursors, err := e.store.Cursors(e.ctx, "s")
+		require.NoError(t, err)
+		require.Len(t, cursors, 1)
+		assert.Equal(t, a2redis.Cursor{Consumer: "audit", Kind: a2redis.LogCursor, Lane: "all", Position: second.Index}, cursors[0])
+		fields, err := e.client.Do(e.ctx, e.client.B().Hlen().Key(k.Cursors()).Build()).AsInt64()
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), fields, "the log cursor's h, p and ty: every lane record went")
+		_, state = step()
+		assert.Equal(t, "1", state, "a finished session does nothing")
 	})
 }

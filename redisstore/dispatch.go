@@ -296,31 +296,9 @@ func (s *Store) claimedEvents(ctx context.Context, session string, r *ClaimResul
 			indexes = append(indexes, h.Index)
 		}
 	}
-	slices.Sort(indexes)
-	indexes = slices.Compact(indexes)
-	log := s.keys(session).Log()
-	var cmds rueidis.Commands
-	for first := 0; first < len(indexes); {
-		last := first
-		for last+1 < len(indexes) && indexes[last+1] == indexes[last]+1 {
-			last++
-		}
-		cmds = append(cmds, s.client.B().Xrange().Key(log).Start(itoa(indexes[first])+"-0").End(itoa(indexes[last])+"-0").Build())
-		first = last + 1
-	}
-	events := make(map[int64]a2redis.StoredEvent, len(indexes))
-	for _, res := range s.doMulti(ctx, cmds...) {
-		entries, err := res.ToArray()
-		if err != nil {
-			return err
-		}
-		for _, m := range entries {
-			ev, err := entry(session, m)
-			if err != nil {
-				return err
-			}
-			events[ev.Index] = ev
-		}
+	events, err := s.events(ctx, session, indexes)
+	if err != nil {
+		return err
 	}
 	fill := func(list []a2redis.HeadEvent) ([]a2redis.HeadEvent, bool) {
 		out, gone := list[:0], false
@@ -353,6 +331,40 @@ func (s *Store) claimedEvents(ctx context.Context, session string, r *ClaimResul
 	}
 	r.ClearIndex = max(r.ClearIndex, b.ClearIndex)
 	return nil
+}
+
+// events reads the events at indexes (in any order, repeats allowed) with
+// one XRANGE per run of consecutive indexes, sent together. An index with
+// no event is left out.
+func (s *Store) events(ctx context.Context, session string, indexes []int64) (map[int64]a2redis.StoredEvent, error) {
+	indexes = slices.Clone(indexes)
+	slices.Sort(indexes)
+	indexes = slices.Compact(indexes)
+	log := s.keys(session).Log()
+	var cmds rueidis.Commands
+	for first := 0; first < len(indexes); {
+		last := first
+		for last+1 < len(indexes) && indexes[last+1] == indexes[last]+1 {
+			last++
+		}
+		cmds = append(cmds, s.client.B().Xrange().Key(log).Start(itoa(indexes[first])+"-0").End(itoa(indexes[last])+"-0").Build())
+		first = last + 1
+	}
+	events := make(map[int64]a2redis.StoredEvent, len(indexes))
+	for _, res := range s.doMulti(ctx, cmds...) {
+		entries, err := res.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range entries {
+			ev, err := entry(session, m)
+			if err != nil {
+				return nil, err
+			}
+			events[ev.Index] = ev
+		}
+	}
+	return events, nil
 }
 
 func sortHeads(heads []a2redis.HeadEvent) {
@@ -895,28 +907,6 @@ func (s *Store) FailAttempt(ctx context.Context, req FailRequest) (FailResult, e
 	return FailResult{}, fmt.Errorf("%w: fail replied %v", a2redis.ErrUnexpectedReply, reply)
 }
 
-// DeadLetters returns the session's dead-lettered heads, sorted by index
-// then consumer.
-func (s *Store) DeadLetters(ctx context.Context, session string) ([]a2redis.HeadEvent, error) {
-	if err := checkSession(session); err != nil {
-		return nil, err
-	}
-	reply, err := s.run(ctx, "dead_letters", session, nil)
-	if err != nil {
-		return nil, err
-	}
-	heads := make([]a2redis.HeadEvent, 0, len(reply))
-	for _, m := range reply {
-		head, err := headOf(session, m)
-		if err != nil {
-			return nil, err
-		}
-		heads = append(heads, head)
-	}
-	sortHeads(heads)
-	return heads, nil
-}
-
 // RedriveAction is what a redrive does with a dead-lettered head.
 type RedriveAction string
 
@@ -1045,51 +1035,6 @@ func (s *Store) WakeLog(ctx context.Context, session string, consumer a2redis.Co
 		},
 		SessionHead: sessionHead,
 	}, nil
-}
-
-// Cursors returns every lane and log cursor of a session and every event
-// cursor with a head, sorted by consumer, then lane (event cursors last),
-// then head.
-func (s *Store) Cursors(ctx context.Context, session string) ([]a2redis.Cursor, error) {
-	if err := checkSession(session); err != nil {
-		return nil, err
-	}
-	reply, err := s.run(ctx, "cursors", session, nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]a2redis.Cursor, 0, len(reply))
-	for _, m := range reply {
-		parts := array(m)
-		if len(parts) != 5 {
-			return nil, fmt.Errorf("%w: cursor tuple %v", a2redis.ErrUnexpectedReply, m)
-		}
-		kind, lane := cursorOf(text(parts[1]))
-		c := a2redis.Cursor{Consumer: text(parts[0]), Lane: lane, Kind: kind, Dispatch: dispatch(parts[4])}
-		if c.Position, err = asInt(parts[2]); err != nil {
-			return nil, err
-		}
-		if !parts[3].IsNil() {
-			if c.Head, err = asInt(parts[3]); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, c)
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Consumer != b.Consumer {
-			return a.Consumer < b.Consumer
-		}
-		if (a.Kind == a2redis.EventCursor) != (b.Kind == a2redis.EventCursor) {
-			return b.Kind == a2redis.EventCursor
-		}
-		if a.Lane != b.Lane {
-			return strings.Compare(a.Lane, b.Lane) < 0
-		}
-		return a.Head < b.Head
-	})
-	return out, nil
 }
 
 // nextHeads decodes the next heads complete_fast claimed: { consumer,

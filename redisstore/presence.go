@@ -151,19 +151,35 @@ type presenceStored struct {
 	V json.RawMessage `json:"v"`
 }
 
+// presencePage is how many fields one HSCAN step of PresenceRead asks
+// for, and one presence_prune call of PresencePrune checks.
+const presencePage = 500
+
 // PresenceRead returns the session's live presence fields (tombstones
 // left out), sorted by participant then field. Fields the store's clock
 // shows expired are skipped and then pruned with PresencePrune; a failed
 // prune only leaves the deletion to the next read. Entries this layout
-// does not write are skipped.
+// does not write are skipped. The hash is read in HSCAN steps, so a big
+// presence never holds Redis long; a field written during the read may
+// show its old or its new entry.
 func (s *Store) PresenceRead(ctx context.Context, session string) ([]PresenceEntry, error) {
 	if err := checkSession(session); err != nil {
 		return nil, err
 	}
 	c := s.client
-	fields, err := s.do(ctx, c.B().Hgetall().Key(s.keys(session).Presence()).Build()).AsStrMap()
-	if err != nil {
-		return nil, fmt.Errorf("a2redis: reading presence of session %q: %w", session, err)
+	key := s.keys(session).Presence()
+	fields := map[string]string{}
+	for cursor := uint64(0); ; {
+		step, err := s.do(ctx, c.B().Hscan().Key(key).Cursor(cursor).Count(presencePage).Build()).AsScanEntry()
+		if err != nil {
+			return nil, fmt.Errorf("a2redis: reading presence of session %q: %w", session, err)
+		}
+		for i := 0; i+1 < len(step.Elements); i += 2 {
+			fields[step.Elements[i]] = step.Elements[i+1]
+		}
+		if cursor = step.Cursor; cursor == 0 {
+			break
+		}
 	}
 	now := s.now()
 	out := make([]PresenceEntry, 0, len(fields))
@@ -208,27 +224,34 @@ func (s *Store) PresenceRead(ctx context.Context, session string) ([]PresenceEnt
 // PresencePrune deletes the named presence fields that are expired by the
 // store's clock, re-checking each one's expiry atomically: a field a
 // concurrent write refreshed is kept. It returns how many were deleted.
+// Many fields are checked a few hundred per script call.
 func (s *Store) PresencePrune(ctx context.Context, session string, fields []PresenceField) (int, error) {
 	if err := checkSession(session); err != nil {
 		return 0, err
 	}
-	if len(fields) == 0 {
-		return 0, nil
+	deleted := 0
+	for len(fields) > 0 {
+		part := fields[:min(len(fields), presencePage)]
+		fields = fields[len(part):]
+		args := make([]string, 0, 1+len(part))
+		args = append(args, itoa(s.now()))
+		for _, f := range part {
+			args = append(args, presenceHashField(f.Participant, f.Field))
+		}
+		reply, err := s.run(ctx, "presence_prune", session, args)
+		if err != nil {
+			return deleted, err
+		}
+		if word(reply, 0) != "ok" {
+			return deleted, fmt.Errorf("%w: presence_prune replied %v", a2redis.ErrUnexpectedReply, reply)
+		}
+		n, err := number(reply, 1)
+		if err != nil {
+			return deleted, err
+		}
+		deleted += int(n)
 	}
-	args := make([]string, 0, 1+len(fields))
-	args = append(args, itoa(s.now()))
-	for _, f := range fields {
-		args = append(args, presenceHashField(f.Participant, f.Field))
-	}
-	reply, err := s.run(ctx, "presence_prune", session, args)
-	if err != nil {
-		return 0, err
-	}
-	if word(reply, 0) != "ok" {
-		return 0, fmt.Errorf("%w: presence_prune replied %v", a2redis.ErrUnexpectedReply, reply)
-	}
-	n, err := number(reply, 1)
-	return int(n), err
+	return deleted, nil
 }
 
 // PresencePublish publishes a presence message on the session's presence

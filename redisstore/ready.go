@@ -462,13 +462,13 @@ func (s *Store) resyncReady(ctx context.Context, session string) error {
 }
 
 // resyncLost lists a session again after a write whose reply was lost:
-// within ReadyWait, and not at all once the caller's context has ended (a
-// caller that gave up is not kept waiting; RepairReady covers it).
+// within ReadyWait and the caller's own deadline (a caller that gave up is
+// not kept waiting; RepairReady covers what this misses).
 func (s *Store) resyncLost(ctx context.Context, session string) {
 	if ctx.Err() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyWait)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyWait)
 	defer cancel()
 	locking, err := s.keyLocking(ctx)
 	if err != nil {

@@ -167,26 +167,6 @@ func cursorOf(tag string) (a2redis.CursorKind, string) {
 	}
 }
 
-// headOf decodes a { consumer, kind, index, columns, entry } tuple.
-func headOf(session string, m rueidis.RedisMessage) (a2redis.HeadEvent, error) {
-	parts := array(m)
-	if len(parts) != 5 {
-		return a2redis.HeadEvent{}, fmt.Errorf("%w: head tuple %v", a2redis.ErrUnexpectedReply, m)
-	}
-	ev, err := entry(session, parts[4])
-	if err != nil {
-		return a2redis.HeadEvent{}, err
-	}
-	kind, lane := cursorOf(text(parts[1]))
-	return a2redis.HeadEvent{
-		StoredEvent: ev,
-		Consumer:    text(parts[0]),
-		Lane:        lane,
-		Kind:        kind,
-		Dispatch:    dispatch(parts[3]),
-	}, nil
-}
-
 // tagOf is how scripts name a cursor of a request: '#' or 'L<lane>'.
 func tagOf(lane string) string {
 	if lane == "" {

@@ -2,143 +2,303 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
-// serverUsec returns INFO commandstats' total usec over every command.
-func serverUsec(ctx context.Context, t *testing.T, c rueidis.Client) int64 {
-	t.Helper()
-	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
-	require.NoError(t, err)
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") || strings.HasPrefix(line, "cmdstat_config") {
-			continue
-		}
-		for _, field := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
-			if v, ok := strings.CutPrefix(field, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-			}
-		}
+// Environment of TestScale.
+const (
+	// envScale runs TestScale when "1" (it takes minutes and a few GB).
+	envScale = "A2REDIS_SCALE"
+	// envScaleHeads, envScaleLanes and envScaleDead set the session's event
+	// heads, lane cursors and dead letters (defaults 1,000,000, 100,000 and
+	// 100,000).
+	envScaleHeads = "A2REDIS_SCALE_HEADS"
+	envScaleLanes = "A2REDIS_SCALE_LANES"
+	envScaleDead  = "A2REDIS_SCALE_DEAD"
+)
+
+func scaleSize(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return total
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, name)
+	return n
 }
 
-// The ready index at scale (A2REDIS_SCALE=1; minutes): ClaimNext's commands
-// and server time per call over 100, 10,000 and 100,000 sessions of which
-// 10 have work, and the repair's cost over 10,000 sessions with work.
-// Commands are exact and must not grow with the sessions; times are
-// reported.
-func TestReadyIndexAtScale(t *testing.T) {
-	if os.Getenv("A2REDIS_SCALE") == "" {
-		t.Skip("set A2REDIS_SCALE=1 to measure the ready index at scale")
-	}
-	c := privateServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	var perCall []float64
-	for _, n := range []int{100, 10_000, 100_000} {
-		s, err := redisstore.New(ctx, c, redisstore.Config{Prefix: fmt.Sprintf("scale%d", n), PublishWait: -1})
-		require.NoError(t, err)
-		// n-10 sessions with history and no work, 10 with work.
-		errs := make(chan error, 64)
-		sem := make(chan struct{}, 64)
-		for i := range n - 10 {
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem }()
-				_, err := s.Append(ctx, fmt.Sprintf("idle-%d", i), []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{})
-				if err != nil {
-					errs <- err
-				}
-			}()
-		}
-		for range cap(sem) {
-			sem <- struct{}{}
-		}
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
-		const withWork, perSession = 10, 1000
-		for i := range withWork {
-			batch := make([]a2redis.Event, perSession)
-			for j := range batch {
-				batch[j] = a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}
-			}
-			_, err := s.Append(ctx, fmt.Sprintf("busy-%d", i), batch, redisstore.AppendOptions{})
-			require.NoError(t, err)
-		}
-		const calls = 200
-		resetStats(ctx, t, c)
-		for range calls {
-			r, err := s.ClaimNext(ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Hour, Limit: 16})
-			require.NoError(t, err)
-			require.Equal(t, redisstore.Claimed, r.Outcome)
-			require.Len(t, r.Heads, 16)
-		}
-		usec := serverUsec(ctx, t, c)
-		stats := commandStats(ctx, t, c)
-		total, list := perOp(stats, calls)
-		perCall = append(perCall, total)
-		t.Logf("ClaimNext over %d sessions (10 with work), limit 16: %.2f commands per call (%s), %.1f server µs per call",
-			n, total, list, float64(usec)/calls)
-	}
-	assert.Equal(t, perCall[0], perCall[1], "commands per ClaimNext do not grow with the sessions")
-	assert.Equal(t, perCall[0], perCall[2], "commands per ClaimNext do not grow with the sessions")
+// slowest reads a SLOWLOG that logs every command (slowlog-log-slower-than
+// 0) and resets it: per script (by name), its calls and its longest and
+// total run time.
+type scriptTimes struct {
+	name  string
+	calls []time.Duration // sorted
+	total time.Duration
+}
 
-	// The repair over 10,000 sessions that have work.
-	s, err := redisstore.New(ctx, c, redisstore.Config{Prefix: "repair", PublishWait: -1})
+// at is the q-quantile of the calls' times.
+func (s *scriptTimes) at(q float64) time.Duration {
+	return s.calls[min(int(q*float64(len(s.calls))), len(s.calls)-1)]
+}
+
+// over counts the calls longer than d.
+func (s *scriptTimes) over(d time.Duration) int {
+	n := 0
+	for _, c := range s.calls {
+		if c > d {
+			n++
+		}
+	}
+	return n
+}
+
+func slowest(t *testing.T, ctx context.Context, c rueidis.Client, shas map[string]string) map[string]*scriptTimes {
+	t.Helper()
+	entries, err := c.Do(ctx, c.B().Arbitrary("SLOWLOG", "GET", "-1").Build()).ToArray()
 	require.NoError(t, err)
-	const sessions = 10_000
-	sem := make(chan struct{}, 64)
-	for i := range sessions {
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem }()
-			_, _ = s.Append(ctx, fmt.Sprintf("s-%d", i), []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
-		}()
-	}
-	for range cap(sem) {
-		sem <- struct{}{}
-	}
-	for _, lost := range []bool{false, true} {
-		if lost {
-			for shard := range s.ReadyShards() {
-				require.NoError(t, c.Do(ctx, c.B().Del().Key(fmt.Sprintf("repair:{r%d}:ready", shard), fmt.Sprintf("repair:{r%d}:ready-v", shard)).Build()).Error())
-			}
-		}
-		resetStats(ctx, t, c)
-		start := time.Now()
-		st, err := s.RepairReady(ctx)
+	require.NoError(t, c.Do(ctx, c.B().Arbitrary("SLOWLOG", "RESET").Build()).Error())
+	out := map[string]*scriptTimes{}
+	for _, e := range entries {
+		fields, err := e.ToArray()
 		require.NoError(t, err)
-		elapsed := time.Since(start)
-		usec := serverUsec(ctx, t, c)
-		stats := commandStats(ctx, t, c)
-		total, list := perOp(stats, 1)
-		require.Equal(t, sessions, st.Sessions)
-		t.Logf("RepairReady over %d sessions (index lost: %v): %v wall, %d server µs, %.0f commands (%s)", sessions, lost, elapsed.Round(time.Millisecond), usec, total, list)
-		if lost {
-			stats, err := s.ReadyStats(ctx)
-			require.NoError(t, err)
-			var due int64
-			for _, one := range stats {
-				due += one.Due
-			}
-			assert.Equal(t, int64(sessions), due, "every session listed again")
+		us, err := fields[2].AsInt64()
+		require.NoError(t, err)
+		args, err := fields[3].ToArray()
+		require.NoError(t, err)
+		cmd, _ := args[0].ToString()
+		if strings.EqualFold(cmd, "SLOWLOG") {
+			continue
 		}
+		name := cmd
+		if cmd == "EVALSHA" || cmd == "evalsha" {
+			sha, _ := args[1].ToString()
+			if name = shas[sha]; name == "" {
+				name = "script " + sha
+			}
+		}
+		s := out[name]
+		if s == nil {
+			s = &scriptTimes{name: name}
+			out[name] = s
+		}
+		d := time.Duration(us) * time.Microsecond
+		s.calls = append(s.calls, d)
+		s.total += d
+	}
+	for _, s := range out {
+		slices.Sort(s.calls)
+	}
+	return out
+}
+
+// serverCPU is the server's user + system CPU time so far (INFO cpu).
+func serverCPU(t *testing.T, ctx context.Context, c rueidis.Client) time.Duration {
+	t.Helper()
+	info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
+	require.NoError(t, err)
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user_main_thread" || name == "used_cpu_sys_main_thread") {
+			v, err := strconv.ParseFloat(value, 64)
+			require.NoError(t, err)
+			total += v
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// TestScale builds one big session on a private redis-server that logs
+// every command in its SLOWLOG — event heads, lane cursors with a head
+// each, dead letters — and reports, per operation, the longest single
+// script call and the calls it took: no call may hold Redis long however
+// big the session is (the goal: under 20 ms). A measurement, not a
+// behaviour test: it runs only with A2REDIS_SCALE=1.
+func TestScale(t *testing.T) {
+	if os.Getenv(envScale) != "1" {
+		t.Skipf("set %s=1 to measure (minutes, a few GB of memory)", envScale)
+	}
+	heads := scaleSize(t, envScaleHeads, 1_000_000)
+	lanes := scaleSize(t, envScaleLanes, 100_000)
+	deadLetters := scaleSize(t, envScaleDead, 100_000)
+	srv := redistest.SpawnServer(t, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000000")
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	clock := redistest.NewClock(time.UnixMilli(1_800_000_000_000))
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: "scale", Clock: clock.Now, PublishWait: -1})
+	require.NoError(t, err)
+	shas := map[string]string{}
+	for name, s := range scripts.All() {
+		sum := sha1.Sum([]byte(s.Source))
+		shas[hex.EncodeToString(sum[:])] = name
+		require.NoError(t, client.Do(ctx, client.B().ScriptLoad().Script(s.Source).Build()).Error())
+	}
+
+	const session, perEvent, perBatch = "big", 10, 1000
+	built := time.Now()
+	// Event heads: ten consumers per event, 1000 events (10,000 heads) per
+	// append; then lane cursors, ten per event.
+	for done := 0; done < heads; done += perEvent * perBatch {
+		batch := make([]a2redis.Event, perBatch)
+		for i := range batch {
+			batch[i] = a2redis.Event{Type: "t"}
+			for c := range perEvent {
+				batch[i].Targets = append(batch[i].Targets, a2redis.Target{Consumer: fmt.Sprintf("c%d", c)})
+			}
+		}
+		_, err := store.Append(ctx, session, batch, redisstore.AppendOptions{})
+		require.NoError(t, err)
+	}
+	for done := 0; done < lanes; done += perEvent * perBatch {
+		batch := make([]a2redis.Event, perBatch)
+		for i := range batch {
+			batch[i] = a2redis.Event{Type: "t"}
+			for c := range perEvent {
+				batch[i].Targets = append(batch[i].Targets, a2redis.Target{Consumer: "lc", Lane: fmt.Sprintf("l%d", done+i*perEvent+c)})
+			}
+		}
+		_, err := store.Append(ctx, session, batch, redisstore.AppendOptions{})
+		require.NoError(t, err)
+	}
+	// Dead letters: claims of 10,000 that lapse and are taken over at
+	// MaxFailures 1, which dead-letters them.
+	for done := 0; done < deadLetters; done += redisstore.DefaultMaxBatch {
+		claim := redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute, Limit: redisstore.DefaultMaxBatch}
+		r, err := store.ClaimAvailable(ctx, claim)
+		require.NoError(t, err)
+		require.Len(t, r.Heads, redisstore.DefaultMaxBatch)
+		clock.Advance(2 * time.Minute)
+		claim.MaxFailures = 1
+		r, err = store.ClaimAvailable(ctx, claim)
+		require.NoError(t, err)
+		require.Len(t, r.DeadLettered, redisstore.DefaultMaxBatch)
+	}
+	info, _ := client.Do(ctx, client.B().Info().Section("memory").Build()).ToString()
+	used := ""
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory_human:"); ok {
+			used = v
+		}
+	}
+	t.Logf("built %d event heads, %d lane cursors, %d dead letters in %v (used_memory %s)",
+		heads, lanes, deadLetters, time.Since(built).Round(time.Second), used)
+	slowest(t, ctx, client, shas)
+
+	// Per operation: its script calls' longest, 99th-percentile and median
+	// run time (SLOWLOG: wall time, which on a shared machine includes
+	// time the server was not scheduled), how many took over 20 ms, and
+	// the server's main-thread CPU time per call (INFO cpu).
+	report := func(op string, script string, run func()) {
+		t.Helper()
+		cpu := serverCPU(t, ctx, client)
+		start := time.Now()
+		run()
+		wall := time.Since(start)
+		cpu = serverCPU(t, ctx, client) - cpu
+		times := slowest(t, ctx, client, shas)
+		s := times[script]
+		require.NotNil(t, s, "%s ran no %s script", op, script)
+		n := len(s.calls)
+		t.Logf("%-30s %-13s %5d calls: longest %8v, p99 %8v, median %8v, %d over 20ms; CPU/call %v; wall %v",
+			op, script, n, s.at(1), s.at(0.99), s.at(0.5), s.over(20*time.Millisecond),
+			(cpu / time.Duration(n)).Round(time.Microsecond), wall.Round(time.Millisecond))
+		for _, other := range times {
+			if other.name != script && strings.ToLower(other.name) == other.name && other.name != "" {
+				t.Logf("%-30s %-13s %5d calls: longest %8v", "", other.name, len(other.calls), other.at(1))
+			}
+		}
+	}
+	// A control: a script of fixed work about as long as a listing page
+	// (ZRANGE of 256 members, 20 times), as many times as Cursors makes
+	// calls. Its longest calls show what the shared machine adds.
+	control := rueidis.NewLuaScript("for i = 1, tonumber(ARGV[1]) do redis.call('ZRANGE', KEYS[1], 0, 255, 'WITHSCORES') end return 1")
+	sum := sha1.Sum([]byte("for i = 1, tonumber(ARGV[1]) do redis.call('ZRANGE', KEYS[1], 0, 255, 'WITHSCORES') end return 1"))
+	shas[hex.EncodeToString(sum[:])] = "control"
+	runnable := keysFor(&env{prefix: "scale"}, session).Runnable()
+	require.NoError(t, control.Exec(ctx, client, []string{runnable}, []string{"1"}).Error())
+	slowest(t, ctx, client, shas)
+	report("control (fixed work)", "control", func() {
+		for range (heads + lanes) / redisstore.DefaultPageLimit {
+			require.NoError(t, control.Exec(ctx, client, []string{runnable}, []string{"20"}).Error())
+		}
+	})
+	report("Cursors", "cursors", func() {
+		cursors, err := store.Cursors(ctx, session)
+		require.NoError(t, err)
+		require.Len(t, cursors, heads+lanes)
+	})
+	report("DeadLetters", "dead_letters", func() {
+		dead, err := store.DeadLetters(ctx, session)
+		require.NoError(t, err)
+		require.Len(t, dead, deadLetters)
+	})
+	var claimed redisstore.ClaimResult
+	report("ClaimAvailable (default limit)", "claim_fast", func() {
+		claimed, err = store.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, claimed.Heads, redisstore.DefaultClaimLimit)
+	})
+	report("CompleteAttempts (256)", "complete_fast", func() {
+		done := make([]redisstore.Completion, len(claimed.Heads))
+		for i, h := range claimed.Heads {
+			done[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+		}
+		_, err := store.CompleteAttempts(ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: done})
+		require.NoError(t, err)
+	})
+	report("Append (100 plain events)", "append_plain", func() {
+		batch := make([]a2redis.Event, 100)
+		for i := range batch {
+			batch[i] = a2redis.Event{Type: "t"}
+		}
+		_, err := store.Append(ctx, session, batch, redisstore.AppendOptions{})
+		require.NoError(t, err)
+	})
+	// Reclaim: the calls that delete log pages, then the last one, which
+	// also sweeps (over many script calls).
+	_, err = store.Clear(ctx, session, redisstore.ClearOptions{})
+	require.NoError(t, err)
+	slowest(t, ctx, client, shas)
+	var pages, sweep *scriptTimes
+	for pages == nil || sweep == nil {
+		r, err := store.ReclaimPage(ctx, session)
+		require.NoError(t, err)
+		times := slowest(t, ctx, client, shas)["reclaim"]
+		into := &pages
+		if r.Done {
+			into = &sweep
+		}
+		if *into == nil {
+			*into = &scriptTimes{name: "reclaim"}
+		}
+		(*into).calls = append((*into).calls, times.calls...)
+		(*into).total += times.total
+	}
+	for _, b := range []struct {
+		op string
+		s  *scriptTimes
+	}{{"Reclaim (log pages)", pages}, {"Reclaim (last page + sweep)", sweep}} {
+		slices.Sort(b.s.calls)
+		t.Logf("%-30s %-13s %5d calls: longest %8v, p99 %8v, median %8v, %d over 20ms",
+			b.op, "reclaim", len(b.s.calls), b.s.at(1), b.s.at(0.99), b.s.at(0.5), b.s.over(20*time.Millisecond))
 	}
 }

@@ -1,8 +1,10 @@
 // Command a2redis-inspect is the operator CLI of a2redis: it looks into the
 // per-session event logs, cursors, dead letters and presence a2redis keeps in
-// Redis (Redis 7+, Valkey, Upstash, Redis Cluster). It is fast (everything is
-// streamed page by page), safe (every command but redrive only reads, and
-// redrive asks first) and scriptable (--json, exit codes).
+// Redis (Redis 7+, Valkey, Upstash, Redis Cluster). It is light on the
+// server (everything is read page by page, each page a short call of its
+// own, so even a session of millions of heads never stalls production),
+// safe (every command but redrive only reads, and redrive asks first) and
+// scriptable (--json, exit codes).
 //
 // # Usage
 //
@@ -17,7 +19,7 @@
 // # Commands
 //
 //	info                            layout of the prefix, key-locking support, server kinds and versions, cluster or not
-//	sessions                        sessions under the prefix with head, clear marker, runnable and dead heads
+//	sessions                        sessions under the prefix (sorted) with head, clear marker, runnable and dead heads
 //	log SESSION                     a session's events in index order
 //	tail SESSION                    the newest events; -f follows new ones live until Ctrl-C
 //	cursors SESSION                 every consumer's cursor: position, head, LAG, STATE, claim, failures
@@ -27,7 +29,8 @@
 //
 // Command flags:
 //
-//	sessions  --limit N, --match GLOB (Redis glob on the whole session id)
+//	sessions  --limit N (stop the scan at N sessions), --match GLOB (Redis
+//	          glob on the whole session id)
 //	log       --after N, --through N, --limit N, --type T (repeatable), --raw
 //	tail      -n N (default 20), -f, --raw, --sharded (follow with SSUBSCRIBE)
 //	redrive   --retry | --skip, --yes/-y (no confirmation), --lane L (which
@@ -100,8 +103,11 @@
 // worker), claimed (a worker holds an unexpired claim), lapsed (the claim
 // expired unreported; the next claim takes it over and counts a failure),
 // retry-wait (a failure holds it back until claim_expires_at) and dead
-// (dead-lettered: stuck until redriven). lag is the session head minus the
-// cursor's position.
+// (dead-lettered: stuck until redriven). lag is how far behind a cursor is:
+// the events appended since its head (session head - head + 1), 0 for a
+// cursor with no head (caught up) whatever its kind. cursors are sorted by
+// consumer, lane (event cursors last) and head; dead letters by index, then
+// consumer; sessions by id.
 //
 // # Exit codes
 //

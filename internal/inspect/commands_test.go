@@ -158,6 +158,17 @@ func TestCommands(t *testing.T) {
 		assert.Equal(t, "3", rows[quietSession]["HEAD"])
 		require.Contains(t, rows, cell(oddSession), "an id with quotes, braces and a newline prints escaped")
 		assert.NotContains(t, out, "\x1b")
+		// Sorted, and aligned however the SCAN pages fall (other data on
+		// the server spreads the prefix's keys over many pages).
+		tiny := *c
+		tiny.pageLimit = 1
+		out = tiny.run(t, "", "sessions").ok(t)
+		checkAligned(t, out)
+		var order []string
+		for _, r := range parseTable(t, out) {
+			order = append(order, r["SESSION"])
+		}
+		assert.Equal(t, []string{cell(oddSession), orderSession, quietSession}, order)
 
 		var doc sessionsDoc
 		parseJSON(t, c.run(t, "", "sessions", "--json").ok(t), &doc)

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
 )
 
 // errorWidth is how many characters of an error text a table shows.
@@ -32,10 +34,12 @@ func cursorsCommand() command {
 event cursor with a head.
 Columns: CONSUMER, KIND (event, lane, log), LANE, POSITION (last index the
 cursor moved past), HEAD (index it must handle next, "-" if none), LAG
-(session head - position: how far behind it is, counting every later
-event), STATE, ATTEMPTS, FAILURES, HOLDER, CLAIM_EXPIRES (claim expiry, or
-the end of a retry hold), DEAD_LETTERED (when), LAST_ERROR (cut at 80
-characters).
+(how far behind it is: session head - HEAD + 1, the events appended since
+the one it must handle next, that one included; 0 for a cursor with no
+head, which is caught up), STATE, ATTEMPTS, FAILURES, HOLDER, CLAIM_EXPIRES
+(claim expiry, or the end of a retry hold), DEAD_LETTERED (when),
+LAST_ERROR (cut at 80 characters). Sorted by consumer, lane (event cursors
+last) and head; read in small pages, each its own call.
 STATE: idle (no head: caught up), ready (waiting for a worker), claimed (a
 worker holds it), lapsed (the claim expired unreported: the next claim
 takes it over), retry-wait (failed, held back until CLAIM_EXPIRES), dead
@@ -96,14 +100,113 @@ func cursorState(c a2redis.Cursor, now time.Time) string {
 	return stateReady
 }
 
+// lag is how far behind a cursor is at session head `head`: the events
+// appended since the one it must handle next, that one included; 0 when it
+// has none (caught up, whatever kind it is).
+func lag(c a2redis.Cursor, head int64) int64 {
+	if c.Head == 0 {
+		return 0
+	}
+	return max(head-c.Head+1, 0)
+}
+
+// pageLimit is how many cursors or dead letters one call reads, unless
+// Env.pageLimit says otherwise: small pages, each a call of its own bounded
+// by --timeout, so listing a session of any size never holds the server
+// long.
+const pageLimit = 100
+
+func (a *app) pageLimit() int {
+	if a.env.pageLimit > 0 {
+		return a.env.pageLimit
+	}
+	return pageLimit
+}
+
+// eachCursorPage hands fn the session's cursors page by page.
+func (a *app) eachCursorPage(ctx context.Context, session string, fn func([]a2redis.Cursor) error) error {
+	req := redisstore.PageRequest{Limit: a.pageLimit()}
+	for {
+		cctx, cancel := a.call(ctx)
+		page, err := a.store.CursorsPage(cctx, session, req)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if err := fn(page.Cursors); err != nil {
+			return err
+		}
+		if page.Next == "" {
+			return nil
+		}
+		req.After = page.Next
+	}
+}
+
+// eachDeadLetterPage hands fn the session's dead-lettered heads page by
+// page, lowest index first.
+func (a *app) eachDeadLetterPage(ctx context.Context, session string, fn func([]a2redis.HeadEvent) error) error {
+	req := redisstore.PageRequest{Limit: a.pageLimit()}
+	for {
+		cctx, cancel := a.call(ctx)
+		page, err := a.store.DeadLettersPage(cctx, session, req)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if err := fn(page.DeadLetters); err != nil {
+			return err
+		}
+		if page.Next == "" {
+			return nil
+		}
+		req.After = page.Next
+	}
+}
+
+// listCursors reads every cursor of the session, each once (a cursor that
+// moved while the pages were read shows as its last page saw it), sorted
+// by consumer, lane (event cursors last) and head.
+func (a *app) listCursors(ctx context.Context, session string) ([]a2redis.Cursor, error) {
+	var out []a2redis.Cursor
+	at := map[string]int{}
+	err := a.eachCursorPage(ctx, session, func(page []a2redis.Cursor) error {
+		for _, c := range page {
+			key := c.Consumer + "\x00" + string(c.Kind) + "\x00" + c.Lane
+			if c.Kind == a2redis.EventCursor {
+				key += "\x00" + itoa(c.Head)
+			}
+			if i, ok := at[key]; ok {
+				out[i] = c
+				continue
+			}
+			at[key] = len(out)
+			out = append(out, c)
+		}
+		return nil
+	})
+	sort.SliceStable(out, func(i, j int) bool {
+		x, y := out[i], out[j]
+		if x.Consumer != y.Consumer {
+			return x.Consumer < y.Consumer
+		}
+		if (x.Kind == a2redis.EventCursor) != (y.Kind == a2redis.EventCursor) {
+			return y.Kind == a2redis.EventCursor
+		}
+		if x.Lane != y.Lane {
+			return x.Lane < y.Lane
+		}
+		return x.Head < y.Head
+	})
+	return out, err
+}
+
 func (a *app) cursors(ctx context.Context, session string) error {
 	b, err := a.bounds(ctx, session)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := a.call(ctx)
-	cursors, err := a.store.Cursors(cctx, session)
-	cancel()
+	cursors, err := a.listCursors(ctx, session)
 	if err != nil {
 		return err
 	}
@@ -112,7 +215,7 @@ func (a *app) cursors(ctx context.Context, session string) error {
 	for _, c := range cursors {
 		out.Cursors = append(out.Cursors, cursorJSON{
 			Consumer: c.Consumer, Kind: string(c.Kind), Lane: c.Lane,
-			Position: c.Position, Head: c.Head, Lag: max(b.Head-c.Position, 0), State: cursorState(c, now),
+			Position: c.Position, Head: c.Head, Lag: lag(c, b.Head), State: cursorState(c, now),
 			Attempts: c.Attempts, Failures: c.Failures, Holder: c.Holder,
 			FirstClaimedAt: jsonTime(c.FirstClaimedAt), LastClaimedAt: jsonTime(c.LastClaimedAt),
 			ClaimExpiresAt: jsonTime(c.ClaimExpiresAt), LastFailedAt: jsonTime(c.LastFailedAt),
@@ -151,7 +254,8 @@ func deadCommand() command {
 		args:    []string{"SESSION"},
 		summary: "list a session's dead-lettered heads with their last error",
 		details: `Columns: CONSUMER, KIND, LANE, INDEX, TYPE (of the event), ATTEMPTS,
-FAILURES, DEAD_LETTERED (when), LAST_ERROR (full text).
+FAILURES, DEAD_LETTERED (when), LAST_ERROR (full text). Sorted by index,
+then consumer; read in small pages, each its own call.
 Act on one with 'redrive SESSION CONSUMER INDEX --retry|--skip'.
 JSON: {"session","dead_letters":[{"consumer","kind","lane","index",
 "event_id","type","created_at","attempts","failures","holder",
@@ -196,14 +300,32 @@ func toDeadJSON(h a2redis.HeadEvent) deadJSON {
 	}
 }
 
-func (a *app) deadLetters(ctx context.Context, session string) ([]a2redis.HeadEvent, error) {
-	cctx, cancel := a.call(ctx)
-	defer cancel()
-	return a.store.DeadLetters(cctx, session)
+// deadLetters reads the session's dead-lettered heads that keep(h) (nil:
+// all), each once, sorted by index then consumer.
+func (a *app) deadLetters(ctx context.Context, session string, keep func(a2redis.HeadEvent) bool) ([]a2redis.HeadEvent, error) {
+	var out []a2redis.HeadEvent
+	seen := map[string]bool{}
+	err := a.eachDeadLetterPage(ctx, session, func(page []a2redis.HeadEvent) error {
+		for _, h := range page {
+			key := h.Consumer + "\x00" + string(h.Kind) + "\x00" + h.Lane + "\x00" + itoa(h.Index)
+			if !seen[key] && (keep == nil || keep(h)) {
+				seen[key] = true
+				out = append(out, h)
+			}
+		}
+		return nil
+	})
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Index != out[j].Index {
+			return out[i].Index < out[j].Index
+		}
+		return out[i].Consumer < out[j].Consumer
+	})
+	return out, err
 }
 
 func (a *app) dead(ctx context.Context, session string) error {
-	heads, err := a.deadLetters(ctx, session)
+	heads, err := a.deadLetters(ctx, session, nil)
 	if err != nil {
 		return err
 	}

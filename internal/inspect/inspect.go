@@ -71,6 +71,11 @@ type Env struct {
 	// expiry are judged by it, and a redrive stamps its time with it. Nil:
 	// time.Now.
 	Now func() time.Time
+
+	// pageLimit, when positive, replaces the page sizes of the listings
+	// (SCAN COUNT, cursors and dead letters per call): tests make pages
+	// tiny to cross many page boundaries.
+	pageLimit int
 }
 
 // options are the global flags.

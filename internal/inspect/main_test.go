@@ -52,6 +52,8 @@ type cli struct {
 	prefix string
 	clock  *redistest.Clock
 	env    map[string]string
+	// pageLimit, when positive, makes the listings' pages that small.
+	pageLimit int
 }
 
 // run runs args after the global flags --url and --prefix.
@@ -71,7 +73,7 @@ func (c *cli) runRaw(t *testing.T, ctx context.Context, stdin string, args ...st
 	t.Helper()
 	var out, errOut bytes.Buffer
 	env := Env{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut,
-		Getenv: func(k string) string { return c.env[k] }}
+		Getenv: func(k string) string { return c.env[k] }, pageLimit: c.pageLimit}
 	if c.clock != nil {
 		env.Now = c.clock.Now
 	}

@@ -96,15 +96,11 @@ type redriveJSON struct {
 var errDeclined = errors.New("not redriven: not confirmed (answer y, or pass --yes)")
 
 func (a *app) redrive(ctx context.Context, session, consumer string, index int64, action redisstore.RedriveAction, o redriveOptions) error {
-	heads, err := a.deadLetters(ctx, session)
+	match, err := a.deadLetters(ctx, session, func(h a2redis.HeadEvent) bool {
+		return h.Consumer == consumer && h.Index == index && (!o.lane.set || h.Lane == o.lane.value)
+	})
 	if err != nil {
 		return err
-	}
-	var match []a2redis.HeadEvent
-	for _, h := range heads {
-		if h.Consumer == consumer && h.Index == index && (!o.lane.set || h.Lane == o.lane.value) {
-			match = append(match, h)
-		}
 	}
 	switch {
 	case len(match) == 0:

@@ -22,9 +22,9 @@ func sessionsCommand() command {
 		name:    "sessions",
 		summary: "list the sessions under the prefix with head, clear marker, runnable and dead heads",
 		details: `Scans every node (every master of a cluster) with SCAN, never KEYS, and
-prints the sessions page by page as they are found, in no particular order
-(pipe the output to sort if you need one). A session exists while its log
-key exists.
+prints the sessions sorted by id (byte order), so it holds every id found
+in memory first; --limit stops the scan at N sessions (the first N found,
+sorted). A session exists while its log key exists.
 Columns: SESSION, HEAD (index of the newest event), CLEAR (latest clear
 marker, 0 if none), RUNNABLE (live heads: runnable or claimed) and DEAD
 (dead-lettered heads; see 'dead SESSION').
@@ -83,16 +83,38 @@ type sessionsTailJSON struct {
 var errEnough = errors.New("enough")
 
 func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
+	// Every id first (SCAN may return a key twice), then sorted.
+	found := map[string]bool{}
+	var ids []string
+	limited := false
+	err := a.eachSessionPage(ctx, o.match, func(page []string) error {
+		for _, id := range page {
+			if found[id] {
+				continue
+			}
+			if o.limit > 0 && len(ids) == o.limit {
+				limited = true
+				return errEnough
+			}
+			found[id] = true
+			ids = append(ids, id)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return err
+	}
+	sort.Strings(ids)
+
 	var (
 		tbl    *table
 		stream *jsonStream
-		count  int
 	)
-	found, err := a.layout(ctx)
+	layout, err := a.layout(ctx)
 	if err != nil {
 		return err
 	}
-	switch found {
+	switch layout {
 	case "":
 		// Nothing under the prefix: no sessions, which is an answer, not
 		// an error (info says "layout none" the same way).
@@ -107,7 +129,7 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 		return nil
 	case keys.Layout:
 	default:
-		return &a2redis.LayoutError{Prefix: a.opts.prefix, Found: found, Want: keys.Layout}
+		return &a2redis.LayoutError{Prefix: a.opts.prefix, Found: layout, Want: keys.Layout}
 	}
 	if a.opts.json {
 		stream = startJSONStream(a.out, sessionsHeadJSON{Prefix: a.opts.prefix}, "sessions")
@@ -118,12 +140,10 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 		}
 		tbl = newTable(a.out, empty, "SESSION", "HEAD", "CLEAR", "RUNNABLE", "DEAD")
 	}
-	limited := false
-	err = a.eachSessionPage(ctx, o.match, func(page []string) error {
-		if o.limit > 0 && count+len(page) > o.limit {
-			page = page[:o.limit-count]
-		}
-		rows, err := a.sessionStats(ctx, page)
+	// The stats a page at a time; JSON streams them, a table is printed
+	// whole at the end so every column fits every row.
+	for first := 0; first < len(ids); first += a.scanCount() {
+		rows, err := a.sessionStats(ctx, ids[first:min(first+a.scanCount(), len(ids))])
 		if err != nil {
 			return err
 		}
@@ -134,28 +154,17 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 				tbl.row(r.Session, itoa(r.Head), itoa(r.ClearIndex), itoa(r.Runnable), itoa(r.DeadLettered))
 			}
 		}
-		count += len(rows)
-		if tbl != nil {
-			if err := tbl.flush(); err != nil {
+		if stream != nil {
+			if stream.err != nil {
+				return stream.err
+			}
+			if err := a.out.Flush(); err != nil {
 				return err
 			}
-		} else if stream.err != nil {
-			return stream.err
 		}
-		if err := a.out.Flush(); err != nil {
-			return err
-		}
-		if o.limit > 0 && count >= o.limit {
-			limited = true
-			return errEnough
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) {
-		return err
 	}
 	if stream != nil {
-		return stream.end(sessionsTailJSON{Count: count, Limited: limited})
+		return stream.end(sessionsTailJSON{Count: len(ids), Limited: limited})
 	}
 	if err := tbl.close(); err != nil {
 		return err
@@ -164,6 +173,15 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 		a.hint("(stopped at --limit %d)", o.limit)
 	}
 	return nil
+}
+
+// scanCount is the COUNT of one SCAN call and how many sessions one round
+// of stats reads (Env.pageLimit in tests).
+func (a *app) scanCount() int {
+	if a.env.pageLimit > 0 {
+		return a.env.pageLimit
+	}
+	return scanCount
 }
 
 // sessionStats reads each session's bounds and head counts: one pipelined
@@ -251,7 +269,7 @@ func (a *app) eachSessionPage(ctx context.Context, match string, fn func([]strin
 				return err
 			}
 			cctx, cancel := a.call(ctx)
-			entry, err := n.client.Do(cctx, n.client.B().Scan().Cursor(cursor).Match(pattern).Count(scanCount).Build()).AsScanEntry()
+			entry, err := n.client.Do(cctx, n.client.B().Scan().Cursor(cursor).Match(pattern).Count(int64(a.scanCount())).Build()).AsScanEntry()
 			cancel()
 			if err != nil {
 				return fmt.Errorf("SCAN on %s: %w", n.addr, err)

@@ -15,10 +15,10 @@ var keyPositions = map[string]string{
 	"TYPE": "first", "PEXPIRE": "first", "EXPIRE": "first", "PTTL": "first", "TTL": "first",
 	"XADD": "first", "XRANGE": "first", "XREVRANGE": "first", "XDEL": "first", "XLEN": "first", "XTRIM": "first",
 	"HGET": "first", "HSET": "first", "HMGET": "first", "HDEL": "first", "HGETALL": "first",
-	"HKEYS": "first", "HVALS": "first", "HLEN": "first", "HINCRBY": "first", "HEXISTS": "first",
+	"HKEYS": "first", "HVALS": "first", "HLEN": "first", "HINCRBY": "first", "HEXISTS": "first", "HSCAN": "first",
 	"ZADD": "first", "ZREM": "first", "ZRANGE": "first", "ZRANGEBYSCORE": "first", "ZREVRANGE": "first",
 	"ZREVRANGEBYSCORE": "first", "ZCOUNT": "first", "ZCARD": "first", "ZSCORE": "first", "ZMSCORE": "first",
-	"ZREMRANGEBYSCORE": "first", "ZINCRBY": "first",
+	"ZREMRANGEBYSCORE": "first", "ZINCRBY": "first", "ZRANK": "first", "ZREVRANK": "first", "ZREMRANGEBYRANK": "first",
 	"SMEMBERS": "first", "SADD": "first", "SREM": "first", "SCARD": "first", "SISMEMBER": "first",
 	"PUBLISH": "none",
 }

@@ -171,22 +171,6 @@ local function read_rows(refs, columns)
   return rows
 end
 
--- Every lane and log cursor record, as cid → { suffix = value }, in order.
-local function cursor_records()
-  local fields = redis.call('HGETALL', CURSORS)
-  local records, order = {}, {}
-  for i = 1, #fields, 2 do
-    local at = string.find(fields[i], ':[^:]*$')
-    local cid, suffix = string.sub(fields[i], 1, at - 1), string.sub(fields[i], at + 1)
-    if not records[cid] then
-      records[cid] = {}
-      order[#order + 1] = cid
-    end
-    records[cid][suffix] = fields[i + 1]
-  end
-  return records, order
-end
-
 -- One type's index key, named by the type's bytes in hex.
 local function type_key(name)
   return SESSION .. 'type:' .. (string.gsub(name, '.', function(c)

@@ -1,14 +1,45 @@
 --@include session
 -- sweep: removes what past lifetimes left once no log entry below the clear
--- marker remains: reducer checkpoints and the pin counts naming them, head
--- rows, type-index entries, and idle lane cursors; log cursors are moved to
--- the marker. A lifetime that ended empty then collapses to its marker: the
--- counter (reads fall back to the clear key), the typed registry, the type
--- indexes, pins, the marker's id key and its head chunk go (snapshots taken
--- at the marker belong to the new lifetime and stay); the
--- log keeps the marker so readers resuming before it still find it.
+-- marker remains: reducer checkpoints and the pin counts naming them,
+-- type-index entries, head rows, and idle lane cursor records; log cursors
+-- are moved to the marker. A lifetime that ended empty then collapses to
+-- its marker: the counter (reads fall back to the clear key), the typed
+-- registry, the type indexes, pins, the marker's id key and its head chunk
+-- go (snapshots taken at the marker belong to the new lifetime and stay);
+-- the log keeps the marker so readers resuming before it still find it.
+--
+-- A call does a bounded amount of it (about SWEEP_BUDGET entries, fields or
+-- keys; a session of a million heads sweeps over many calls). The sweep key
+-- says a sweep is due or under way, as '<marker>:<phase>:<cursor>': reclaim
+-- sets it when it deletes log entries, each call goes on from there, and
+-- the call that finishes deletes it; a key naming an older marker (a newer
+-- clear came) is started over. The phases: 'r' checkpoints and pins, 't'
+-- type-index entries, 'c' the head chunks below the marker's chunk
+-- (cursor: the next chunk), 'b' the rows below the marker in its chunk and
+-- 'k' the cursor records (cursor: an HSCAN cursor), 'z' the collapse.
 
-local function sweep()
+local SWEEP, SWEEP_BUDGET = SESSION .. 'sweep', 500
+local sweep_key_found = false
+
+-- The phase and cursor of the sweep due for the current marker, or nil.
+local function sweep_state()
+  local state = redis.call('GET', SWEEP)
+  if not state then return nil end
+  sweep_key_found = true
+  local at, phase, cursor = string.match(state, '^(%d+):(%a):(%d+)$')
+  if at and tonumber(at) == boundary then return phase, cursor end
+  return nil
+end
+
+-- Records that a sweep of the current marker is due, from the start.
+local function sweep_due()
+  redis.call('SET', SWEEP, int(boundary) .. ':r:0')
+  sweep_key_found = true
+end
+
+-- Reducer checkpoints of past lifetimes and the pin counts naming them
+-- (a session has few reducers and few pinned checkpoints).
+local function sweep_snapshots()
   local reducers = SESSION .. 'snap-reducers'
   for _, reducer in ipairs(redis.call('SMEMBERS', reducers)) do
     local head_key = SESSION .. 'snap:' .. reducer
@@ -33,45 +64,111 @@ local function sweep()
     if tonumber(cjson.decode(counts[i])[2]) < boundary then stale[#stale + 1] = counts[i] end
   end
   sliced('HDEL', PINS, stale)
+end
+
+-- Removes up to `budget` type-index entries below the marker; returns how
+-- many, and whether none is left.
+local function sweep_types(budget)
+  local used = 0
   for name in pairs(typed) do
-    redis.call('ZREMRANGEBYSCORE', type_key(name), '-inf', '(' .. int(boundary))
+    local key = type_key(name)
+    local old = redis.call('ZCOUNT', key, '-inf', '(' .. int(boundary))
+    if old > 0 then
+      if used >= budget then return used, false end
+      local n = math.min(old, budget - used)
+      -- Scores are indexes: the entries below the marker rank lowest.
+      redis.call('ZREMRANGEBYRANK', key, 0, int(n - 1))
+      used = used + n
+      if n < old then return used, false end
+    end
   end
+  return used, true
+end
+
+-- Unlinks up to `budget` head chunks below the marker's, from chunk
+-- `from` on; returns how many it named and the next chunk (false: none
+-- left).
+local function sweep_chunks(from, budget)
   local last = math.floor((boundary - 1) / CHUNK)
   local chunks = {}
-  for chunk = 0, last - 1 do chunks[#chunks + 1] = SESSION .. 'heads:' .. int(chunk) end
-  sliced('UNLINK', nil, chunks)
-  local older = {}
-  local boundary_chunk = SESSION .. 'heads:' .. int(last)
-  for _, field in ipairs(redis.call('HKEYS', boundary_chunk)) do
-    local idx = string.match(field, '^(%d+):')
-    if idx and tonumber(idx) < boundary then older[#older + 1] = field end
+  for chunk = from, math.min(last - 1, from + budget - 1) do
+    chunks[#chunks + 1] = SESSION .. 'heads:' .. int(chunk)
   end
-  sliced('HDEL', boundary_chunk, older)
+  sliced('UNLINK', nil, chunks)
+  local next_chunk = from + #chunks
+  return #chunks, next_chunk < last and next_chunk
+end
 
-  local records, order = cursor_records()
+-- One HSCAN step (about `budget` fields) of the marker's chunk from
+-- `cursor`, deleting the rows below the marker; returns the fields read
+-- and the next cursor ('0': done).
+local function sweep_boundary_chunk(cursor, budget)
+  local key = chunk_key(boundary)
+  local step = redis.call('HSCAN', key, cursor, 'COUNT', int(budget))
+  local older = {}
+  for i = 1, #step[2], 2 do
+    local idx = string.match(step[2][i], '^(%d+):')
+    if idx and tonumber(idx) < boundary then older[#older + 1] = step[2][i] end
+  end
+  sliced('HDEL', key, older)
+  return #step[2] / 2, step[1]
+end
+
+-- One HSCAN step (about `budget` fields) of the cursor records from
+-- `cursor`: an idle lane record of a past lifetime goes, a log record
+-- moves to the marker, a lane record whose head is gone forgets it.
+-- Returns the fields read and the next cursor ('0': done).
+local function sweep_cursor_records(cursor, budget)
+  local step = redis.call('HSCAN', CURSORS, cursor, 'COUNT', int(budget))
+  local cids, seen = {}, {}
+  for i = 1, #step[2], 2 do
+    local field = step[2][i]
+    local at = string.find(field, ':[^:]*$')
+    local cid = string.sub(field, 1, at - 1)
+    if not seen[cid] then
+      seen[cid] = true
+      cids[#cids + 1] = cid
+    end
+  end
+  local SUFFIXES = { 'h', 'p', 't', 'ty' }
+  local names = {}
+  for _, cid in ipairs(cids) do
+    for _, suffix in ipairs(SUFFIXES) do names[#names + 1] = cid .. ':' .. suffix end
+  end
+  local values = sliced('HMGET', CURSORS, names)
   local idle, moved = {}, {}
-  for _, cid in ipairs(order) do
-    local record = records[cid]
-    local _, tag = parse_cid(cid)
-    local head = (record.h and record.h ~= '') and tonumber(record.h) or false
-    local position = tonumber(record.p or '0')
-    if head and head <= boundary then head = false end
-    if string.sub(tag, 1, 1) == 'G' then
-      if position < boundary then position = boundary end
-      moved[#moved + 1] = cid .. ':h'
-      moved[#moved + 1] = head and int(head) or ''
-      moved[#moved + 1] = cid .. ':p'
-      moved[#moved + 1] = int(position)
-    elseif not head and position <= boundary then
-      for suffix in pairs(record) do idle[#idle + 1] = cid .. ':' .. suffix end
-    elseif not head and record.h ~= '' then
-      moved[#moved + 1] = cid .. ':h'
-      moved[#moved + 1] = ''
+  for n, cid in ipairs(cids) do
+    local at = (n - 1) * #SUFFIXES
+    local h, p = values[at + 1], values[at + 2]
+    -- A record another step already removed has nothing left.
+    if h or p or values[at + 3] or values[at + 4] then
+      local _, tag = parse_cid(cid)
+      local head = (h and h ~= '') and tonumber(h) or false
+      local position = tonumber(p or '0')
+      if head and head <= boundary then head = false end
+      if string.sub(tag, 1, 1) == 'G' then
+        if position < boundary then position = boundary end
+        moved[#moved + 1] = cid .. ':h'
+        moved[#moved + 1] = head and int(head) or ''
+        moved[#moved + 1] = cid .. ':p'
+        moved[#moved + 1] = int(position)
+      elseif not head and position <= boundary then
+        for s, suffix in ipairs(SUFFIXES) do
+          if values[at + s] then idle[#idle + 1] = cid .. ':' .. suffix end
+        end
+      elseif not head and h ~= '' then
+        moved[#moved + 1] = cid .. ':h'
+        moved[#moved + 1] = ''
+      end
     end
   end
   sliced('HDEL', CURSORS, idle)
   sliced('HSET', CURSORS, moved)
+  return #step[2] / 2, step[1]
+end
 
+-- An empty lifetime collapses to its marker (see above).
+local function collapse()
   local count = redis.call('GET', COUNTER)
   if not count or tonumber(count) ~= boundary or redis.call('ZCARD', READY) > 0 then
     return
@@ -87,4 +184,39 @@ local function sweep()
     end
   end
   sliced('UNLINK', nil, gone)
+end
+
+-- Sweeps on from `phase` and `cursor` (see sweep_state) for at most about
+-- SWEEP_BUDGET items; returns true once done.
+local function sweep_run(phase, cursor)
+  local used, n = 0, 0
+  while phase ~= 'z' do
+    if used >= SWEEP_BUDGET then
+      redis.call('SET', SWEEP, int(boundary) .. ':' .. phase .. ':' .. cursor)
+      return false
+    end
+    local budget = SWEEP_BUDGET - used
+    if phase == 'r' then
+      sweep_snapshots()
+      phase = 't'
+    elseif phase == 't' then
+      local done
+      n, done = sweep_types(budget)
+      if done then phase = 'c' end
+    elseif phase == 'c' then
+      local next_chunk
+      n, next_chunk = sweep_chunks(tonumber(cursor), budget)
+      if next_chunk then cursor = int(next_chunk) else phase, cursor = 'b', '0' end
+    elseif phase == 'b' then
+      n, cursor = sweep_boundary_chunk(cursor, budget)
+      if cursor == '0' then phase = 'k' end
+    else
+      n, cursor = sweep_cursor_records(cursor, budget)
+      if cursor == '0' then phase = 'z' end
+    end
+    used, n = used + math.max(n, 1), 0
+  end
+  collapse()
+  if sweep_key_found then redis.call('DEL', SWEEP) end
+  return true
 end
