@@ -265,6 +265,8 @@ if pending == '0' and live > 0 then
   else
     local ready, offset = session .. 'runnable', 0
     while pending == '0' do
+      -- Bounded, as cursor's has_pending: past 1024 heads, "maybe".
+      if offset >= 1024 then pending = '1' break end
       local page = redis.call('ZREVRANGEBYSCORE', ready, '+inf', 1, 'LIMIT', offset, 64)
       for _, cid in ipairs(page) do
         local colon = string.find(cid, ':', 1, true)

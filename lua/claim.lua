@@ -19,6 +19,7 @@
 -- ARGV[7]  limit: the most heads to claim in this call
 -- ARGV[8]  excluded count, then per excluded head: consumer, tag
 --          ('#<index>' for an event cursor, 'L<lane>' for a lane or log cursor)
+-- then     optionally, the offset to scan free heads from (a 'scan' reply's)
 --
 -- Replies:
 --   { 'claimed', count, head..., clear index, session head } where each head
@@ -29,6 +30,8 @@
 --       holder, expiry, 0. The events are not in the reply.
 --   { 'busy', earliest retry time }
 --   { 'settled' }
+--   { 'scan', offset }     the free-head scan was cut short (SCAN_CAP) with
+--                          nothing found: call again from offset
 --   { 'missing', index }   a head names an index past the session head
 --                          (corruption); nothing written
 local holder, now, expires_at = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -69,8 +72,19 @@ end
 
 -- Heads free to claim, lowest index first: runnable scores 1 … through.
 local page_size = open_to_all and limit or (limit + tonumber(ARGV[8]) + 16)
-local candidates, offset = {}, 0
+-- One call scans at most SCAN_CAP runnable entries for free heads and as
+-- many for a busy report, whatever the set holds (a call that serves some
+-- consumers may meet many heads of the others). A free-head scan cut short
+-- with nothing found replies { 'scan', offset } having written nothing, and
+-- the store calls again from there.
+local SCAN_CAP = math.max(1024, limit * 4)
+local scan_from = tonumber(ARGV[9 + 2 * tonumber(ARGV[8])] or '0')
+local candidates, offset, cut = {}, scan_from, false
 while #candidates < limit do
+  if offset >= scan_from + SCAN_CAP then
+    cut = offset
+    break
+  end
   local page = redis.call('ZRANGEBYSCORE', READY, 1, through, 'WITHSCORES', 'LIMIT', offset, page_size)
   for i = 1, #page, 2 do
     local candidate = candidate_of(page[i], tonumber(page[i + 1]))
@@ -117,12 +131,21 @@ while offset < EXPIRED_SCAN do
   offset = offset + page_size
 end
 
+if #candidates == 0 and cut then return { 'scan', int(cut) } end
 if #candidates == 0 then
   -- Busy when a served head is held: report when the first hold ends.
   offset = 0
+  local first_hold = nil
   while true do
+    if offset >= SCAN_CAP then
+      -- Not reached: report the earliest hold seen (early is safe: the
+      -- caller only looks again sooner).
+      if first_hold then return { 'busy', int(first_hold - HELD) } end
+      return { 'settled' }
+    end
     local page = redis.call('ZRANGEBYSCORE', READY, '(' .. int(HELD + now), '+inf', 'WITHSCORES', 'LIMIT', offset, page_size)
     if #page == 0 then return { 'settled' } end
+    first_hold = first_hold or tonumber(page[2])
     local cids = {}
     for i = 1, #page, 2 do cids[#cids + 1] = page[i] end
     local heads = held_heads(cids)

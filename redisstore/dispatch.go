@@ -175,7 +175,19 @@ func (s *Store) claimRun(ctx context.Context, session string, args []string, ope
 			return reply, err
 		}
 	}
-	return s.run(ctx, "claim", session, args)
+	call := args
+	for {
+		reply, err := s.run(ctx, "claim", session, call)
+		if err != nil || word(reply, 0) != "scan" {
+			return reply, err
+		}
+		// The scan for free heads was cut short with nothing found (heads
+		// of consumers this call does not serve): go on from there.
+		call = append(args[:len(args):len(args)], word(reply, 1))
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // completeRun runs complete_many's arguments: first, when fast, the flat

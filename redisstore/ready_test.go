@@ -525,3 +525,26 @@ func TestWorkWatchSurvivesKilledConnections(t *testing.T) {
 		t.Fatal("no wake-up after the reconnect")
 	}
 }
+
+// A claim serving one consumer finds its head behind thousands of other
+// consumers' heads, each script call scanning a bounded page.
+func TestClaimServingOneConsumerBehindManyOthers(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		others := make([]a2redis.Event, 3000)
+		for i := range others {
+			others[i] = a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "other"}}}
+		}
+		_, err := e.store.Append(e.ctx, "s", others, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		_, err = e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "mine"}}}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute, Consumers: []a2redis.Consumer{{Name: "mine"}}})
+		require.NoError(t, err)
+		require.Equal(t, redisstore.Claimed, c.Outcome)
+		require.Len(t, c.Heads, 1)
+		assert.Equal(t, int64(3001), c.Heads[0].Index)
+		c, err = e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute, Consumers: []a2redis.Consumer{{Name: "mine"}}})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.Busy, c.Outcome, "its one head is held")
+	})
+}

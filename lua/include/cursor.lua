@@ -59,6 +59,9 @@ local function has_pending()
   if live <= 0 or next(served_set) == nil then return '0' end
   local offset = 0
   while true do
+    -- Bounded: past 1024 heads of other consumers, report "maybe" ('1':
+    -- a claim tells; HasPending is a hint).
+    if offset >= 1024 then return '1' end
     local page = redis.call('ZREVRANGEBYSCORE', READY, '+inf', 1, 'LIMIT', offset, 64)
     for _, cid in ipairs(page) do
       if served_set[(parse_cid(cid))] then return '1' end
