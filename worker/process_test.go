@@ -1,0 +1,5 @@
+package worker_test
+
+const envTestWorker = "A2REDIS_TESTWORKER"
+
+func testWorkerMain() int { return 0 }
