@@ -232,11 +232,15 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	noop := func(context.Context, a2redis.HeadEvent) ([]a2redis.Event, error) { return nil, nil }
 	ok := worker.Handle("mailer", noop)
 	for name, build := range map[string]func() (*worker.Worker, error){
-		"no store":             func() (*worker.Worker, error) { return worker.New(nil, worker.Config{}, ok) },
-		"no handlers":          func() (*worker.Worker, error) { return worker.New(e.store, worker.Config{}) },
-		"undeclared consumer":  func() (*worker.Worker, error) { return worker.New(e.store, worker.Config{}, worker.Handle("nobody", noop)) },
-		"consumer twice":       func() (*worker.Worker, error) { return worker.New(e.store, worker.Config{}, ok, ok) },
-		"nil handler":          func() (*worker.Worker, error) { return worker.New(e.store, worker.Config{}, worker.Handle("mailer", nil)) },
+		"no store":    func() (*worker.Worker, error) { return worker.New(nil, worker.Config{}, ok) },
+		"no handlers": func() (*worker.Worker, error) { return worker.New(e.store, worker.Config{}) },
+		"undeclared consumer": func() (*worker.Worker, error) {
+			return worker.New(e.store, worker.Config{}, worker.Handle("nobody", noop))
+		},
+		"consumer twice": func() (*worker.Worker, error) { return worker.New(e.store, worker.Config{}, ok, ok) },
+		"nil handler": func() (*worker.Worker, error) {
+			return worker.New(e.store, worker.Config{}, worker.Handle("mailer", nil))
+		},
 		"empty consumer":       func() (*worker.Worker, error) { return worker.New(e.store, worker.Config{}, worker.Handle("", noop)) },
 		"negative concurrency": func() (*worker.Worker, error) { return worker.New(e.store, worker.Config{Concurrency: -1}, ok) },
 		"renewal too rare": func() (*worker.Worker, error) {
