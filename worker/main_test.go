@@ -116,7 +116,7 @@ func (r *running) stop() error {
 // a minute.
 func (e *env) eventually(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(eventuallyWait)
 	for !cond() {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("timed out waiting for %s", what)
@@ -208,3 +208,11 @@ func (o *outcomes) all() []worker.Outcome {
 func headName(h a2redis.HeadEvent) string {
 	return fmt.Sprintf("%s/%s/%s/%d", h.Session, h.Consumer, h.Lane, h.Index)
 }
+
+// eventuallyWait bounds eventually's wait (A2REDIS_TEST_WAIT overrides).
+var eventuallyWait = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("A2REDIS_TEST_WAIT")); err == nil {
+		return d
+	}
+	return time.Minute
+}()
