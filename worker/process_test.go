@@ -1,5 +1,0 @@
-package worker_test
-
-const envTestWorker = "A2REDIS_TESTWORKER"
-
-func testWorkerMain() int { return 0 }
