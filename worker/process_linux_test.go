@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,10 +38,29 @@ var processTargets = []struct {
 type proc struct {
 	id      string
 	cmd     *exec.Cmd
-	stderr  bytes.Buffer
+	stderr  lockedBuffer
 	lines   chan string
 	waited  chan error
 	outcome map[worker.OutcomeKind]int
+}
+
+// lockedBuffer collects a process's stderr; the test reads it while the
+// process writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startProc starts a worker process (the test binary in worker mode) and
