@@ -32,9 +32,12 @@ const (
 	// by default: time for cancelled handlers to return and their claims
 	// to be released.
 	DefaultStopGrace = 5 * time.Second
-	// DefaultMaxWait caps how long an idle worker waits before it looks at
-	// the ready index again without a wake-up.
-	DefaultMaxWait = time.Minute
+	// DefaultMaxWait caps how long an idle worker waits before it reads
+	// the ready index again without a wake-up: how late it notices the
+	// work nothing announces, such as the claims of a process that died
+	// (due TTL after its last renewal) or another process's retry holds.
+	// An idle pass costs one command per index shard.
+	DefaultMaxWait = 10 * time.Second
 	// DefaultRepairEvery is how often the deployment repairs the ready
 	// index (redisstore.Store.TryRepairReady: one worker per prefix and
 	// interval runs the pass).
@@ -100,8 +103,10 @@ type Config struct {
 	StopDeadline time.Duration
 	// MaxWait caps how long an idle worker waits for a wake-up before it
 	// reads the ready index again. Wake-ups announce new work, and the
-	// index tells when held work frees, so this is only a safety net.
-	// Default DefaultMaxWait (1 min).
+	// index tells when the holds it saw end, but nothing announces holds
+	// set after its last read by other processes (a retry, or the lease
+	// of a process that then died): MaxWait bounds how late those are
+	// noticed. Default DefaultMaxWait (10s).
 	MaxWait time.Duration
 	// RepairEvery is how often the deployment repairs the ready index
 	// (redisstore.Store.TryRepairReady; every worker tries, one per prefix

@@ -29,7 +29,9 @@
 // (notify.WorkWatcher) and claims with redisstore.Store.ClaimNext, naming
 // the sessions that wake-ups announced first. When a claim finds nothing,
 // it waits for a wake-up, for the time the index names (a retry hold or a
-// lease that ends), or at most Config.MaxWait (1 min) — it never polls. A
+// lease that ends) or a hold it set itself ends, or at most Config.MaxWait
+// (10 s: how late it notices what nothing announces, such as the claims of
+// a process that died) — it never polls. A
 // subscription that (re)starts triggers one claim pass, so nothing
 // announced while it was away is missed. Every worker also tries the
 // ready-index repair every Config.RepairEvery (30 s); one per prefix and

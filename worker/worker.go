@@ -60,7 +60,8 @@ type Worker struct {
 	woken         []string
 	wokenSet      map[string]bool
 	dirty         bool
-	busy          int // releases in flight outside any job
+	holdAt        time.Time // the earliest end of a hold this worker set since the dispatcher last looked
+	busy          int       // releases in flight outside any job
 	drained       chan struct{}
 	drainedClosed bool
 }
@@ -533,6 +534,12 @@ func (w *Worker) dispatch(ctx context.Context) {
 		if w.dirty {
 			dirty, w.dirty = true, false
 		}
+		if !w.holdAt.IsZero() {
+			if nextAt.IsZero() || w.holdAt.Before(nextAt) {
+				nextAt = w.holdAt
+			}
+			w.holdAt = time.Time{}
+		}
 		served, limit, narrow := w.scopeLocked()
 		var sessions []string
 		if limit > 0 && len(w.woken) > 0 {
@@ -826,7 +833,22 @@ func (w *Worker) finish(j *job, events []a2redis.Event, err error, ran time.Dura
 	default:
 		w.fail(j, err, errors.Is(err, ErrPermanent), &o)
 	}
+	if o.Kind == Failed || o.Kind == Snoozed {
+		// No wake-up announces the end of a hold: look again then.
+		w.holdEnds(w.store.Now().Add(o.RetryAfter))
+	}
 	w.settle(j, o)
+}
+
+// holdEnds makes the dispatcher look at the index again at `at` (the
+// store's clock) at the latest.
+func (w *Worker) holdEnds(at time.Time) {
+	w.mu.Lock()
+	if w.holdAt.IsZero() || at.Before(w.holdAt) {
+		w.holdAt = at
+	}
+	w.mu.Unlock()
+	signal(w.wake)
 }
 
 // complete records a completion that returned events.
