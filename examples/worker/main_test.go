@@ -67,8 +67,10 @@ func TestExample(t *testing.T) {
 					t.Errorf("%s's payments lane ran %s, want %s", customer, got, want)
 				}
 				log := out.String()[strings.Index(out.String(), customer+" log:"):]
-				if end := strings.Index(log[1:], " log:\n"); end >= 0 {
-					log = log[:end]
+				if first := strings.Index(log, "\n"); first >= 0 {
+					if end := strings.Index(log[first:], " log:\n"); end >= 0 {
+						log = log[:first+end]
+					}
 				}
 				for _, cause := range []string{"#1", "#3"} {
 					if !regexp.MustCompile(`\n  #[56] email.sent caused by mailer ` + cause + `\n`).MatchString(log) {
