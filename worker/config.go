@@ -122,6 +122,16 @@ type Config struct {
 	// CompleteBatch is the most completions one script call carries.
 	// Default DefaultCompleteBatch (128).
 	CompleteBatch int
+	// AllConsumers says that this worker has a handler for every consumer
+	// with work on the prefix, for a store that declares no consumers:
+	// its claims then name no consumers, which lets the store use its
+	// fastest claim, and a head of a consumer it has no handler for fails
+	// with ErrNoHandler (retried, then dead-lettered). Leave it off when
+	// workers split the consumers between them: each then claims only its
+	// own. Without it, and with no consumers declared, claims name the
+	// handled consumers. Ignored when the store declares consumers (claims
+	// then serve the declared ones a worker handles). Default false.
+	AllConsumers bool
 	// Middleware wraps every handler, the first outermost.
 	Middleware []Middleware
 	// Hooks are called at the worker's lifecycle points.

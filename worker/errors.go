@@ -35,6 +35,12 @@ var (
 	// ErrRunning is returned by Run when the worker already runs or has
 	// run: a Worker runs once.
 	ErrRunning = errors.New("worker: Run called twice")
+
+	// ErrNoHandler is the failure recorded for a head of a consumer a
+	// Config.AllConsumers worker has no handler for (counted and retried
+	// like any failure, so a deployment that lacks the handler ends with
+	// the head dead-lettered, not lost).
+	ErrNoHandler = errors.New("worker: no handler")
 )
 
 // Permanent marks err as permanent: the head is dead-lettered at once (its

@@ -123,6 +123,10 @@ const (
 	wokenPerClaim = 4
 	maxWoken      = 1024
 	renewParallel = 16
+	// claimLinger is how long a busy worker whose slots free one by one
+	// waits for more to free before it claims (at most once per claim),
+	// so that claims stay large under load.
+	claimLinger = time.Millisecond
 )
 
 // New returns a worker for store's consumers with the given handlers (at
@@ -186,7 +190,7 @@ func New(store *redisstore.Store, cfg Config, handlers ...HandlerSpec) (*Worker,
 		w.consumers[h.consumer] = c
 		w.order = append(w.order, c)
 	}
-	if len(declared) == 0 || len(w.order) < len(declared) {
+	if (len(declared) == 0 && !cfg.AllConsumers) || (len(declared) > 0 && len(w.order) < len(declared)) {
 		w.served = make([]a2redis.Consumer, len(w.order))
 		for i, c := range w.order {
 			w.served[i] = c.spec
@@ -214,6 +218,14 @@ func wrap(h HandlerSpec, outer []Middleware) Handler {
 		handler = outer[i](handler)
 	}
 	return handler
+}
+
+// missing is the handler of a consumer an AllConsumers worker has none
+// for: every head fails with ErrNoHandler.
+func missing(name string) Handler {
+	return func(context.Context, a2redis.HeadEvent) ([]a2redis.Event, error) {
+		return nil, fmt.Errorf("%w for consumer %q", ErrNoHandler, name)
+	}
 }
 
 // ID returns the worker's holder name (Config.ID).
@@ -523,10 +535,13 @@ func (w *Worker) repairLoop(ctx context.Context) {
 // dispatch is the claim loop: it waits for a wake-up, the time the index
 // names, or a freed slot, then claims up to the free slots.
 func (w *Worker) dispatch(ctx context.Context) {
+	// dirty: the index may list due work this worker has not claimed.
 	dirty := true
 	// narrowed: the last claim that found nothing left out a consumer at
 	// its MaxInFlight, so a freed slot may find that consumer work.
 	narrowed := false
+	lingered := false
+	floor := max(1, w.cfg.Concurrency/4)
 	var nextAt time.Time
 	var errWait time.Duration
 	for ctx.Err() == nil {
@@ -541,6 +556,14 @@ func (w *Worker) dispatch(ctx context.Context) {
 			w.holdAt = time.Time{}
 		}
 		served, limit, narrow := w.scopeLocked()
+		if limit > 0 && limit < floor && w.free < w.cfg.Concurrency && (dirty || len(w.woken) > 0) && !lingered {
+			// Busy, and slots free one by one: wait a moment for more.
+			w.mu.Unlock()
+			lingered = true
+			sleep(ctx, claimLinger)
+			continue
+		}
+		lingered = false
 		var sessions []string
 		if limit > 0 && len(w.woken) > 0 {
 			n := min(len(w.woken), wokenPerClaim)
@@ -569,8 +592,10 @@ func (w *Worker) dispatch(ctx context.Context) {
 			}
 			errWait = 0
 			if res.Outcome == redisstore.Claimed {
-				w.admitClaim(ctx, res, leaseFrom, sessions)
-				dirty, nextAt = true, time.Time{}
+				if !w.admitClaim(ctx, res, leaseFrom, sessions, limit) {
+					// From the index: other sessions may be due too.
+					dirty, nextAt = true, time.Time{}
+				}
 				continue
 			}
 			dirty, nextAt, narrowed = false, res.NextAt, narrow
@@ -640,14 +665,20 @@ func (w *Worker) scopeLocked() (served []a2redis.Consumer, limit int, narrowed b
 	return served, limit, len(open) < len(w.order)
 }
 
-// admitClaim takes in what a ClaimNext claimed.
-func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult, leaseFrom time.Time, sessions []string) {
+// admitClaim takes in what a ClaimNext claimed, and reports whether it
+// came from a session a wake-up named (not from reading the index).
+func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult, leaseFrom time.Time, sessions []string, limit int) bool {
 	w.mu.Lock()
-	if i := slices.Index(sessions, res.Session); i >= 0 {
+	i := slices.Index(sessions, res.Session)
+	if i >= 0 {
 		// ClaimNext stopped at this one: the later named sessions were
-		// not tried.
+		// not tried, and this one may have more when the claim was full.
+		rest := sessions[i+1:]
+		if len(res.Heads)+len(res.DeadLettered) >= limit {
+			rest = sessions[i:]
+		}
 		var back []string
-		for _, s := range sessions[i+1:] {
+		for _, s := range rest {
 			if !w.wokenSet[s] {
 				w.wokenSet[s] = true
 				back = append(back, s)
@@ -673,12 +704,17 @@ func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult,
 	for _, h := range res.DeadLettered {
 		w.report(ctx, Outcome{Head: h, Kind: DeadLettered, Failures: h.Failures})
 	}
+	return i >= 0
 }
 
 // admitLocked starts (or queues) a claimed head; its slot is already
 // counted.
 func (w *Worker) admitLocked(session string, h a2redis.HeadEvent, leaseFrom time.Time) {
 	c := w.consumers[h.Consumer]
+	if c == nil && w.cfg.AllConsumers {
+		c = &consumer{spec: a2redis.Consumer{Name: h.Consumer}, backoff: w.cfg.Backoff, handler: missing(h.Consumer)}
+		w.consumers[h.Consumer] = c
+	}
 	if c == nil {
 		// Claims serve only handled consumers; this cannot happen, but a
 		// head nobody runs must not stay claimed.

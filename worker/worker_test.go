@@ -314,3 +314,30 @@ func TestWorkersSplitConsumers(t *testing.T) {
 		})
 	}
 }
+
+// An AllConsumers worker claims without naming consumers (the store's
+// fastest claims): its consumers' heads run, and a head of a consumer it
+// has no handler for fails with ErrNoHandler, counted like any failure.
+func TestAllConsumers(t *testing.T) {
+	each(t, nil, func(t *testing.T, e *env) {
+		var out outcomes
+		var ran atomic.Int64
+		e.start(worker.Config{AllConsumers: true, Hooks: worker.Hooks{OnOutcome: out.hook}},
+			worker.Handle("known", func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
+				ran.Add(1)
+				return nil, nil
+			}))
+		e.append("s", a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "known"}, {Consumer: "unknown"}}})
+		e.eventually("both outcomes", func() bool { return len(out.all()) == 2 })
+		assert.Equal(t, map[worker.OutcomeKind]int{worker.Completed: 1, worker.Failed: 1}, out.kinds())
+		assert.Equal(t, int64(1), ran.Load())
+		for _, o := range out.all() {
+			if o.Kind == worker.Failed {
+				assert.ErrorIs(t, o.Err, worker.ErrNoHandler)
+			}
+		}
+		c := e.cursor("s", "unknown")
+		assert.Equal(t, int64(1), c.Failures)
+		assert.Equal(t, `worker: no handler for consumer "unknown"`, c.LastError)
+	})
+}
