@@ -20,11 +20,15 @@ func asynqScenarios(latencyEvents int) []*scenario {
 		title:  fmt.Sprintf("asynq Client.Enqueue, %d goroutines, default options", asynqInFlight),
 		events: 30_000, run: asynqEnqueue,
 	}}
-	for _, c := range []int{16, 64} {
+	for _, c := range []int{1, 16, 64} {
+		events := 20_000
+		if c == 1 {
+			events = 5_000 // one task at a time
+		}
 		list = append(list, &scenario{
 			id: fmt.Sprintf("asynq/process/concurrency=%d", c), system: SystemAsynq, kind: KindProcess,
 			title:  fmt.Sprintf("asynq Server, Concurrency %d, default options otherwise, processing a backlog", c),
-			events: 20_000,
+			events: events,
 			run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
 				return asynqProcess(ctx, h, n, c)
 			},
