@@ -16,6 +16,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/redisstore"
 	"github.com/a2redis/a2redis/worker"
 )
 
@@ -340,4 +341,20 @@ func TestAllConsumers(t *testing.T) {
 		assert.Equal(t, int64(1), c.Failures)
 		assert.Equal(t, `worker: no handler for consumer "unknown"`, c.LastError)
 	})
+}
+
+// A server that refuses the work channels' subscription (sharded pub/sub
+// on miniredis) ends Run with the error instead of leaving a worker that
+// would never hear of work.
+func TestRunFailsWhenTheWorkChannelsAreRefused(t *testing.T) {
+	_, client := redistest.Miniredis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: redistest.Prefix(t), ShardedPubSub: true})
+	require.NoError(t, err)
+	w, err := worker.New(store, worker.Config{Logger: quiet()}, worker.Handle("c", func(context.Context, a2redis.HeadEvent) ([]a2redis.Event, error) { return nil, nil }))
+	require.NoError(t, err)
+	err = w.Run(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "watching for work")
 }
