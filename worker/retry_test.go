@@ -171,3 +171,24 @@ func TestDefaultBackoff(t *testing.T) {
 	exact := worker.Exponential(time.Second, 2, time.Minute, 0)
 	assert.Equal(t, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, time.Minute}, []time.Duration{exact(1, nil), exact(2, nil), exact(3, nil), exact(100, nil)})
 }
+
+// WithTimeout bounds a run: the handler's context ends, and the run fails
+// with the deadline, counted like any failure.
+func TestHandlerTimeout(t *testing.T) {
+	each(t, []a2redis.Consumer{{Name: "slow"}}, func(t *testing.T, e *env) {
+		var out outcomes
+		e.start(worker.Config{Hooks: worker.Hooks{OnOutcome: out.hook}},
+			worker.Handle("slow", func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}, worker.WithTimeout(20*time.Millisecond)))
+		e.append("s", a2redis.Event{Type: "job", Targets: []a2redis.Target{{Consumer: "slow"}}})
+		e.eventually("the failure", func() bool { return len(out.all()) == 1 })
+		o := out.all()[0]
+		assert.Equal(t, worker.Failed, o.Kind)
+		assert.ErrorIs(t, o.Err, context.DeadlineExceeded)
+		c := e.cursor("s", "slow")
+		assert.Equal(t, int64(1), c.Failures)
+		assert.Equal(t, context.DeadlineExceeded.Error(), c.LastError)
+	})
+}
