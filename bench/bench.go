@@ -355,6 +355,7 @@ func (h *harness) scenarios() []*scenario {
 	latencyEvents := int(h.opts.LatencyDuration.Seconds() * float64(h.opts.Rate))
 	var list []*scenario
 	list = append(list, a2Scenarios(latencyEvents)...)
+	list = append(list, workerScenarios(latencyEvents)...)
 	list = append(list, streamScenarios(latencyEvents)...)
 	list = append(list, asynqScenarios(latencyEvents)...)
 	return list

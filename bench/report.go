@@ -76,6 +76,9 @@ type goalDef struct {
 	scenarios           []string
 	value               func(*Summary) (float64, bool)
 	dominant            func(*Summary) string
+	// vsAsynq makes the measured value the ratio of value to the same
+	// figure of the scenario's asynq reference, in the same run.
+	vsAsynq bool
 }
 
 var (
@@ -84,6 +87,13 @@ var (
 		"a2redis/ordered/lanes=16/sessions=1", "a2redis/latency/claim",
 	}
 	throughput = func(s *Summary) (float64, bool) { return s.Throughput, true }
+	// workerE2E are the worker runtime's scenarios whose cost is counted
+	// end to end.
+	workerE2E = []string{
+		"a2redis/worker/event-cursors/sessions=1", "a2redis/worker/event-cursors/sessions=1000",
+		"a2redis/worker/ordered/lanes=1", "a2redis/worker/ordered/lanes=16",
+		"a2redis/worker/typed-log/sessions=100", "a2redis/worker/latency",
+	}
 )
 
 func goalDefs() []goalDef {
@@ -137,7 +147,7 @@ func goalDefs() []goalDef {
 		},
 		{
 			goal: "p50 < 1 ms at the fixed rate", anchors: anchorLatency, unit: "ms", target: 1, atMost: true,
-			scenarios: []string{"a2redis/latency/feed", "a2redis/latency/claim"},
+			scenarios: []string{"a2redis/latency/feed", "a2redis/latency/claim", "a2redis/worker/latency"},
 			value: func(s *Summary) (float64, bool) {
 				if s.Latency == nil {
 					return 0, false
@@ -147,13 +157,35 @@ func goalDefs() []goalDef {
 		},
 		{
 			goal: "p99 < 3 ms at the fixed rate", anchors: anchorLatency, unit: "ms", target: 3, atMost: true,
-			scenarios: []string{"a2redis/latency/feed", "a2redis/latency/claim"},
+			scenarios: []string{"a2redis/latency/feed", "a2redis/latency/claim", "a2redis/worker/latency"},
 			value: func(s *Summary) (float64, bool) {
 				if s.Latency == nil {
 					return 0, false
 				}
 				return s.Latency.P99, true
 			},
+		},
+		{
+			goal: "worker event-cursor runtime ≥ 3× asynq's Server (same run)", anchors: anchorThroughputProcess, unit: "× asynq", target: 3,
+			scenarios: []string{"a2redis/worker/event-cursors/sessions=1", "a2redis/worker/event-cursors/sessions=1000"},
+			value:     throughput, vsAsynq: true,
+		},
+		{
+			goal: "worker single ordered lane ≥ 1.5× asynq Concurrency 1 (same run)", anchors: anchorThroughputProcess, unit: "× asynq", target: 1.5,
+			scenarios: []string{"a2redis/worker/ordered/lanes=1"},
+			value:     throughput, vsAsynq: true,
+		},
+		{
+			goal: "worker: ≤ 12 commands per handled event, end to end", anchors: anchorCommands, unit: "commands", target: 12, atMost: true,
+			scenarios: workerE2E,
+			value:     func(s *Summary) (float64, bool) { return s.E2E.Commands, true },
+			dominant:  func(s *Summary) string { return topCommands(s.E2E, 4, false) },
+		},
+		{
+			goal: "worker: ≤ 2 script calls per handled event, end to end", anchors: anchorScripts, unit: "scripts", target: 2, atMost: true,
+			scenarios: workerE2E,
+			value:     func(s *Summary) (float64, bool) { return s.E2E.Scripts, true },
+			dominant:  func(s *Summary) string { return topScripts(s.E2E) },
 		},
 	}
 }
@@ -170,6 +202,17 @@ func checkGoals(r *Report) []GoalCheck {
 			v, ok := g.value(res.Summary)
 			if !ok {
 				continue
+			}
+			if g.vsAsynq {
+				ref := byID[res.Asynq]
+				if ref == nil || ref.Summary == nil {
+					continue
+				}
+				rv, ok := g.value(ref.Summary)
+				if !ok || rv == 0 {
+					continue
+				}
+				v /= rv
 			}
 			c := GoalCheck{Goal: g.goal, Anchors: g.anchors, Scenario: id, Measured: v, Target: g.target, Unit: g.unit, AtMost: g.atMost}
 			if g.atMost {
@@ -570,6 +613,8 @@ func goalValue(g GoalCheck) string {
 		return fmt.Sprintf("%.0f B", g.Measured)
 	case "µs":
 		return fmt.Sprintf("%.1f µs", g.Measured)
+	case "× asynq":
+		return fmt.Sprintf("%.2f× asynq", g.Measured)
 	}
 	return fmt.Sprintf("%.1f", g.Measured)
 }

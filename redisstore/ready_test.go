@@ -382,6 +382,8 @@ func TestDeclaredConsumers(t *testing.T) {
 			t.Parallel()
 			declared := []a2redis.Consumer{{Name: "auditor", Log: &a2redis.LogSpec{Lane: "log", Types: []string{"message.flagged"}}}, {Name: "indexer"}}
 			e := newEnv(t, tg, func(c *redisstore.Config) { c.Consumers = declared })
+			assert.Equal(t, declared, e.store.Consumers(), "the store reports its declared consumers")
+			assert.Equal(t, e.clock.Now(), e.store.Now(), "and tells time by its clock")
 			_, err := e.store.Append(e.ctx, "chat", []a2redis.Event{{Type: "message.sent"}, {Type: "message.flagged"}}, redisstore.AppendOptions{})
 			require.NoError(t, err)
 			e.requireDue("chat", "the auditor's log cursor has a head")

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -225,6 +226,14 @@ func (s *Store) Prefix() string { return s.cfg.Prefix }
 
 // Client returns the store's Redis client.
 func (s *Store) Client() rueidis.Client { return s.client }
+
+// Consumers returns the consumers Config.Consumers declares (a copy; nil
+// when none are declared).
+func (s *Store) Consumers() []a2redis.Consumer { return slices.Clone(s.cfg.Consumers) }
+
+// Now returns the time by the store's clock (Config.Clock), which every
+// stored time, lease and hold is measured with.
+func (s *Store) Now() time.Time { return s.cfg.Clock() }
 
 // KeyLockingEnabled reports whether scripts carry the key-locking flag, and
 // whether that is known yet.

@@ -1,0 +1,239 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
+	"github.com/a2redis/a2redis/worker"
+)
+
+// The worker runtime's scenarios: the same workloads as the hand-written
+// claim loops, run by package worker (claims from the ready index and its
+// wake-ups, batched completions, complete-and-claim for lanes, renewal).
+const workerConcurrency = 64
+
+func workerScenarios(latencyEvents int) []*scenario {
+	var list []*scenario
+	for _, s := range []int{1, 1000} {
+		list = append(list, &scenario{
+			id: fmt.Sprintf("a2redis/worker/event-cursors/sessions=%d", s), system: SystemA2, kind: KindProcess,
+			title:  fmt.Sprintf("worker runtime, Concurrency %d, an event consumer over %s", workerConcurrency, sessionsText(s)),
+			events: 20_000, ceiling: "streams/group", asynq: "asynq/process/concurrency=64",
+			run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
+				return workerEventCursors(ctx, h, n, s)
+			},
+		})
+	}
+	for _, lanes := range []int{1, 16} {
+		events, ref := 15_000, "asynq/process/concurrency=16"
+		if lanes == 1 {
+			events, ref = 4_000, "asynq/process/concurrency=1"
+		}
+		list = append(list, &scenario{
+			id: fmt.Sprintf("a2redis/worker/ordered/lanes=%d", lanes), system: SystemA2, kind: KindProcess,
+			title:  fmt.Sprintf("worker runtime, a lane consumer, %d strictly ordered lane(s) in 1 session", lanes),
+			events: events, ceiling: "streams/group", asynq: ref,
+			run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
+				return workerOrdered(ctx, h, n, lanes)
+			},
+		})
+	}
+	list = append(list, &scenario{
+		id: "a2redis/worker/typed-log/sessions=100", system: SystemA2, kind: KindProcess,
+		title:  "worker runtime, a typed log consumer (1 of 2 appended events is its type) over 100 sessions",
+		events: 10_000, ceiling: "streams/group", asynq: "asynq/process/concurrency=16",
+		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
+			return workerTypedLog(ctx, h, n, 100)
+		},
+	}, &scenario{
+		id: "a2redis/worker/latency", system: SystemA2, kind: KindLatency,
+		title:  "Append → handler start in the worker runtime (woken by wake-ups), 1 session, fixed rate",
+		events: latencyEvents, ceiling: "streams/latency", asynq: "asynq/latency",
+		run: workerLatency,
+	})
+	return list
+}
+
+// workerStore returns a store on a fresh prefix declaring consumers (none:
+// the worker then runs with AllConsumers, claiming without naming any).
+func (h *harness) workerStore(ctx context.Context, consumers []a2redis.Consumer) (*redisstore.Store, string, error) {
+	prefix := h.name("w")
+	st, err := redisstore.New(ctx, h.client, redisstore.Config{Prefix: prefix, Consumers: consumers})
+	if err != nil {
+		return nil, "", fmt.Errorf("a2bench: redisstore.New: %w", err)
+	}
+	return st, prefix, nil
+}
+
+// runWorker runs a worker with handler for consumer until n heads
+// completed, then stops it (the stop is timed too: a worker's last
+// completions are written as it stops).
+func runWorker(ctx context.Context, st *redisstore.Store, consumer string, n int, handler worker.Handler) (int64, error) {
+	var completed atomic.Int64
+	w, err := worker.New(st, worker.Config{
+		Concurrency:  workerConcurrency,
+		AllConsumers: len(st.Consumers()) == 0,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Hooks: worker.Hooks{OnOutcome: func(_ context.Context, o worker.Outcome) {
+			if o.Kind == worker.Completed {
+				completed.Add(1)
+			}
+		}},
+	}, worker.Handle(consumer, handler))
+	if err != nil {
+		return 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	err = waitFor(ctx, 2*time.Minute, "the worker", func() bool { return completed.Load() >= int64(n) })
+	if serr := w.Shutdown(ctx); err == nil {
+		err = serr
+	}
+	if rerr := <-done; err == nil {
+		err = rerr
+	}
+	return completed.Load(), err
+}
+
+func noop(context.Context, a2redis.HeadEvent) ([]a2redis.Event, error) { return nil, nil }
+
+func workerEventCursors(ctx context.Context, h *harness, n, sessions int) (Measurement, error) {
+	st, prefix, err := h.workerStore(ctx, nil)
+	if err != nil {
+		return Measurement{}, err
+	}
+	names := sessionNames(sessions)
+	return h.a2Process(ctx, st, prefix, n, n, redisstore.AppendOptions{}, func(i int) (string, a2redis.Event) {
+		return names[i%sessions], a2redis.Event{Type: "order.placed", Payload: payload, Targets: []a2redis.Target{{Consumer: a2Consumer}}}
+	}, func(ctx context.Context) (int64, int64, error) {
+		handled, err := runWorker(ctx, st, a2Consumer, n, noop)
+		return handled, 0, err
+	})
+}
+
+func workerOrdered(ctx context.Context, h *harness, n, lanes int) (Measurement, error) {
+	st, prefix, err := h.workerStore(ctx, nil)
+	if err != nil {
+		return Measurement{}, err
+	}
+	last := make([]atomic.Int64, lanes)
+	var disorder atomic.Int64
+	m, err := h.a2Process(ctx, st, prefix, n, n, redisstore.AppendOptions{}, func(i int) (string, a2redis.Event) {
+		return "session-0", a2redis.Event{Type: "order.placed", Payload: payload, Targets: []a2redis.Target{{Consumer: a2Consumer, Lane: strconv.Itoa(i % lanes)}}}
+	}, func(ctx context.Context) (int64, int64, error) {
+		handled, err := runWorker(ctx, st, a2Consumer, n, func(_ context.Context, head a2redis.HeadEvent) ([]a2redis.Event, error) {
+			lane, _ := strconv.Atoi(head.Lane)
+			if prev := last[lane].Swap(head.Index); prev >= head.Index {
+				disorder.Add(1)
+			}
+			return nil, nil
+		})
+		return handled, 0, err
+	})
+	if err == nil && disorder.Load() > 0 {
+		err = fmt.Errorf("a2bench: %d lane heads ran out of order", disorder.Load())
+	}
+	return m, err
+}
+
+func workerTypedLog(ctx context.Context, h *harness, n, sessions int) (Measurement, error) {
+	served := []a2redis.Consumer{{Name: "audit", Log: &a2redis.LogSpec{Lane: "log", Types: []string{"order.placed"}, Backfill: true}}}
+	st, prefix, err := h.workerStore(ctx, served)
+	if err != nil {
+		return Measurement{}, err
+	}
+	names := sessionNames(sessions)
+	return h.a2Process(ctx, st, prefix, n, 2*n, redisstore.AppendOptions{}, func(i int) (string, a2redis.Event) {
+		typ := "order.placed"
+		if i%2 == 1 {
+			typ = "order.viewed"
+		}
+		return names[(i/2)%sessions], a2redis.Event{Type: typ, Payload: payload}
+	}, func(ctx context.Context) (int64, int64, error) {
+		var wrong atomic.Int64
+		handled, err := runWorker(ctx, st, "audit", n, func(_ context.Context, head a2redis.HeadEvent) ([]a2redis.Event, error) {
+			if head.Type != "order.placed" {
+				wrong.Add(1)
+			}
+			return nil, nil
+		})
+		if err == nil && wrong.Load() > 0 {
+			err = fmt.Errorf("a2bench: the typed log consumer got %d events of another type", wrong.Load())
+		}
+		return handled, 0, err
+	})
+}
+
+func workerLatency(ctx context.Context, h *harness, n int) (Measurement, error) {
+	st, _, err := h.workerStore(ctx, nil)
+	if err != nil {
+		return Measurement{}, err
+	}
+	const session = "live"
+	clk := newClock()
+	sent := make(stamps, n)
+	rec := newRecorder(n)
+	var completed atomic.Int64
+	running := make(chan struct{})
+	w, err := worker.New(st, worker.Config{
+		Concurrency:  16,
+		AllConsumers: true,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Hooks: worker.Hooks{
+			OnStart: func(context.Context) { close(running) },
+			OnOutcome: func(_ context.Context, o worker.Outcome) {
+				if o.Kind == worker.Completed {
+					completed.Add(1)
+				}
+			},
+		},
+	}, worker.Handle(a2Consumer, func(_ context.Context, head a2redis.HeadEvent) ([]a2redis.Event, error) {
+		now := clk.now()
+		if seq, ok := eventSeq(head.ID); ok {
+			if d, ok := sent.since(seq, now); ok {
+				rec.add(d)
+			}
+		}
+		return nil, nil
+	}))
+	if err != nil {
+		return Measurement{}, err
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	<-running
+	time.Sleep(200 * time.Millisecond) // the work subscriptions confirm
+	ph, err := h.begin(ctx)
+	if err != nil {
+		return Measurement{}, err
+	}
+	start := time.Now()
+	achieved, err := atRate(ctx, h.opts.Rate, n, func(ctx context.Context, i int) error {
+		sent[i].Store(max(clk.now(), 1))
+		_, err := st.Append(ctx, session, []a2redis.Event{{ID: "e" + strconv.Itoa(i), Type: "order.placed", Payload: payload, Targets: []a2redis.Target{{Consumer: a2Consumer}}}}, redisstore.AppendOptions{})
+		return err
+	})
+	if err != nil {
+		return Measurement{}, err
+	}
+	// The phase ends once every event is also completed: its cost is end
+	// to end.
+	elapsed, cost, err := finishRated(ctx, ph, start, n, "worker completions", func() bool { return rec.count() >= n && completed.Load() >= int64(n) }, stop, done, "worker")
+	if err != nil {
+		return Measurement{}, err
+	}
+	return Measurement{
+		Events: n, Seconds: elapsed.Seconds(), Throughput: achieved,
+		Latency: rec.latency("Append start → handler start in the worker"),
+		Cost:    cost,
+	}, nil
+}

@@ -1,0 +1,9 @@
+package worker
+
+// SetRenewGate makes w call gate before each renewal round (a gate that
+// blocks stalls renewal). Set it before Run.
+func SetRenewGate(w *Worker, gate func()) { w.renewGate.Store(&gate) }
+
+// Poke makes w read the ready index again, as a wake-up would (tests move
+// the store's clock past a hold, which no wake-up announces).
+func Poke(w *Worker) { w.poke() }
