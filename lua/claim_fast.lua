@@ -2,21 +2,27 @@
 -- claim_fast: the common claim, written flat (no session or cursor
 -- includes: a script pays for every table, string and helper it builds,
 -- and building the general claim's helpers alone costs more than a small
--- claim). It serves every consumer and excludes nothing; it claims only
+-- claim). It excludes nothing; it claims only
 -- when no hold has ended (no lapsed claim to take over, no retry hold
 -- over) and the lowest free heads were never claimed before; it answers
--- busy or settled when no head is free and no hold has ended. Anything
--- else — and a request with served consumers or exclusions, which the
--- store never sends here — gets { 'general' } with nothing written: run
--- claim. Whatever it claims, claim would claim the same way.
+-- busy or settled when no head is free and no hold has ended (with every
+-- consumer served). With served consumers (the declared ones) it claims
+-- when the lowest free heads are all theirs. Anything else — and a request
+-- with exclusions, which the store never sends here — gets { 'general' }
+-- with nothing written: run claim. Whatever it claims, claim would claim
+-- the same way.
 --
 -- KEYS[1]  the session counter
--- ARGV     as claim's; ARGV[5] (served) must be '' and ARGV[8] (excluded
---          count) '0'
+-- ARGV     as claim's; ARGV[8] (excluded count) must be '0'
 --
 -- Replies: as claim's 'claimed' (every head fresh: { consumer, kind,
 -- index }), 'busy' and 'settled' replies, or { 'general' }.
-if ARGV[5] ~= '' or ARGV[8] ~= '0' then return { 'general' } end
+if ARGV[8] ~= '0' then return { 'general' } end
+local served = nil
+if ARGV[5] ~= '' then
+  served = {}
+  for _, entry in ipairs(cjson.decode(ARGV[5])) do served[entry[1]] = true end
+end
 local counter = KEYS[1]
 local session = string.sub(counter, 1, -6)
 local ready = session .. 'runnable'
@@ -34,7 +40,7 @@ local n = #page / 2
 if n == 0 then
   -- Nothing free: busy until the earliest hold ends, settled with none.
   -- (With `through`, which held heads count depends on their indexes.)
-  if ARGV[6] ~= '' then return { 'general' } end
+  if ARGV[6] ~= '' or served then return { 'general' } end
   local first = redis.call('ZRANGEBYSCORE', ready, '(' .. int(HELD + now), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
   if #first == 0 then return { 'settled' } end
   return { 'busy', int(tonumber(first[2]) - HELD) }
@@ -51,6 +57,7 @@ for i = 1, n do
   local colon = string.find(cid, ':', 1, true)
   local size = tonumber(string.sub(cid, 1, colon - 1))
   consumers[i], indexes[i] = string.sub(cid, colon + 1, colon + size), idx
+  if served and not served[consumers[i]] then return { 'general' } end
   local sigil, row = string.byte(cid, colon + size + 1), cid
   if sigil == 35 then -- '#'
     row, kinds[i] = string.sub(cid, 1, colon + size + 1), '#'

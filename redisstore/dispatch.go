@@ -143,7 +143,10 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		}
 		args = append(args, ref.Consumer, tag)
 	}
-	reply, err := s.claimRun(ctx, req.Session, args, served == "" && len(req.Exclude) == 0)
+	// The flat claim first when the call serves every consumer or the
+	// declared ones (the heads are then, almost always, all served); a call
+	// naming a subset goes to the general claim at once.
+	reply, err := s.claimRun(ctx, req.Session, args, len(req.Exclude) == 0 && req.Consumers == nil)
 	// An unreplicated claim holds its heads all the same: report them.
 	notReplicated := notReplicatedOnly(reply, &err)
 	if err != nil {
@@ -165,9 +168,9 @@ func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 	return r, err
 }
 
-// claimRun runs a claim: with every consumer served and nothing excluded,
-// first the flat claim_fast, which handles the common case and hands the
-// rest to claim with nothing written.
+// claimRun runs a claim: with `open` (nothing excluded, every or every
+// declared consumer served), first the flat claim_fast, which handles the
+// common case and hands the rest to claim with nothing written.
 func (s *Store) claimRun(ctx context.Context, session string, args []string, open bool) ([]rueidis.RedisMessage, error) {
 	if open {
 		reply, err := s.run(ctx, "claim_fast", session, args)
