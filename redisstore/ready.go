@@ -497,11 +497,13 @@ type RepairStats struct {
 // repairPage is how many keys one repair SCAN step asks for.
 const repairPage = 1000
 
-// RepairReady makes the ready index agree with every session's own record
-// of what it told the index: it scans the prefix's sessions (SCAN on every
-// master, never KEYS) and sends each session's recorded state with its
+// RepairReady makes the ready index list every session whose own record
+// says it has work: it scans the prefix's sessions (SCAN on every master,
+// never KEYS) and sends each such session's recorded state with its
 // recorded version; a shard applies only what it lacks, so a pass costs a
-// read per session and writes nothing where the index is right. A write
+// read per session and writes nothing where the index is right. (A lost
+// removal only leaves a session listed early, which the claim that visits
+// it mends.) A write
 // whose index update was lost (the process died or its connection broke
 // between the script and the update) is listed again by the next pass: run
 // it periodically (the worker runtime does, one store at a time per prefix)
@@ -570,6 +572,12 @@ func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats,
 			continue
 		}
 		version, at := parts[0], parts[1]
+		if at == "" {
+			// No work: a lost removal leaves an entry listed early, which
+			// the claim that visits it mends (ready_sync); only work that
+			// may be unlisted needs sending.
+			continue
+		}
 		due := false
 		if at != "" {
 			ms, err := strconv.ParseInt(at, 10, 64)
