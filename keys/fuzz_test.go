@@ -34,7 +34,7 @@ var trickyStrings = []string{
 }
 
 // keyKinds is the number of key/channel kinds keyOf knows.
-const keyKinds = 18
+const keyKinds = 19
 
 // keyOf builds key kind k of session s. It also returns the part of
 // (arg, n) that the key actually depends on, so that callers can compare
@@ -75,6 +75,8 @@ func keyOf(s Session, k uint8, arg string, n int64) (key string, input string) {
 		return s.NotifyChannel(), "notifychannel"
 	case 16:
 		return s.IDBlock(arg), "idblock\x00" + arg
+	case 17:
+		return s.Followed(), "followed"
 
 	default:
 		return s.PresenceChannel(), "presencechannel"

@@ -79,6 +79,7 @@ func TestSessionKeys(t *testing.T) {
 		{s.SnapReducers(), `a2:{"s1"}:snap-reducers`},
 		{s.Presence(), `a2:{"s1"}:presence`},
 		{s.Live(), `a2:{"s1"}:live`},
+		{s.Followed(), `a2:{"s1"}:followed`},
 		{s.NotifyChannel(), `a2:{"s1"}:notify`},
 		{s.PresenceChannel(), `a2:{"s1"}:presence-events`},
 		{Schema("a2"), `a2:schema`},

@@ -178,6 +178,9 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		ctx, cancel = groupContext(group)
 		defer cancel()
 	}
+	if len(group) == 1 && len(group[0].batch) == 1 && len(group[0].heads[0]) == 0 {
+		return s.runOne(ctx, session, served, group[0])
+	}
 	now := s.now()
 	size := 3
 	for _, call := range group {
@@ -218,7 +221,14 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		}
 		return wakeUp{}
 	}
-	pending := word(reply, 0) == "1"
+	bits, err := number(reply, 0)
+	if err != nil {
+		for _, call := range group {
+			call.err = err
+		}
+		return wakeUp{}
+	}
+	pending := bits&1 == 1
 	var written []a2redis.StoredEvent
 	var replayed int64
 	for i, call := range group {
@@ -230,6 +240,11 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		default:
 			written = append(written, call.res.Events...)
 		}
+	}
+	if bits&2 == 0 {
+		// No reader follows the session: nobody to wake (one that starts
+		// following later reads what it missed after subscribing).
+		return wakeUp{}
 	}
 	// The publish outlives the round's context (see publishOn).
 	wake := wakeUp{ctx: context.WithoutCancel(ctx), session: session}
@@ -285,4 +300,71 @@ func groupContext(group []*plainCall) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(group[0].ctx), latest)
+}
+
+// runOne sends a lone batch of one untargeted event through append_one (a
+// script for just that case, replying a single integer when it appends),
+// hands the call its result and returns the wake-up to publish.
+func (s *Store) runOne(ctx context.Context, session, served string, call *plainCall) wakeUp {
+	now := s.now()
+	e := call.batch[0]
+	block := ""
+	if call.nonce == "" && generatedShape(e.id) {
+		block = e.id[:24]
+	}
+	args := []string{itoa(now), e.id, e.typ, string(e.payload), call.origin, served, block}
+	for len(args) > 4 && args[len(args)-1] == "" {
+		args = args[:len(args)-1]
+	}
+	reply, err := s.run(ctx, "append_one", session, args)
+	if err != nil {
+		call.err = err
+		return wakeUp{}
+	}
+	wake := wakeUp{ctx: context.WithoutCancel(ctx), session: session}
+	if len(reply) == 1 && reply[0].IsInt64() {
+		v, _ := reply[0].AsInt64()
+		index := v >> 2
+		call.res = AppendResult{Events: appendedEvents(session, call.batch, index, now, nil), HasPending: v&1 == 1}
+		if v&2 != 0 {
+			wake.message = notify.Encode(index, now, wakeEntries(call.res.Events))
+		}
+		return wake
+	}
+	bits, err := number(reply, 1)
+	switch w := word(reply, 0); {
+	case err != nil:
+	case w == "dup":
+		var stored []a2redis.StoredEvent
+		stored, err = replayedEvents(session, call.batch, reply[2:])
+		if err == nil {
+			call.res = AppendResult{Events: stored, Replayed: true, HasPending: bits&1 == 1}
+			if bits&2 != 0 {
+				// The first try may have committed without its wake-up.
+				wake.message = notify.EncodeBare(lastIndex(stored))
+			}
+			return wake
+		}
+	case w == "cleared":
+		call.err = refusedBatch(session, w, call.origin, 1)
+		return wakeUp{}
+	default:
+		err = fmt.Errorf("%w: append_one replied %v", a2redis.ErrUnexpectedReply, reply)
+	}
+	call.err = err
+	return wakeUp{}
+}
+
+// generatedShape reports an id of the shape the default generator gives
+// (32 lower-case hex digits), which may be recorded in an id block.
+func generatedShape(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -2,7 +2,9 @@
 // per-session event logs, cursors, dead letters and presence a2redis keeps in
 // Redis (Redis 7+, Valkey, Upstash, Redis Cluster). It is fast (everything is
 // streamed page by page), safe (every command but redrive only reads, and
-// redrive asks first) and scriptable (--json, exit codes).
+// redrive asks first; tail -f sets only the session's expiring 'followed'
+// mark, which makes appends publish their wake-ups) and scriptable (--json,
+// exit codes).
 //
 // # Usage
 //
