@@ -31,11 +31,12 @@ local session = string.sub(counter, 1, -6)
 local id, typ = ARGV[2], ARGV[3]
 local owner_key = session .. 'id:' .. id
 local origin, served, block = ARGV[5] or '', ARGV[6] or '', ARGV[7] or ''
+local call = redis.call
 local values
 if block == '' then
-  values = redis.call('MGET', counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed', owner_key)
+  values = call('MGET', counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed', owner_key)
 else
-  values = redis.call('MGET', counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed', owner_key,
+  values = call('MGET', counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed', owner_key,
     session .. 'ids:' .. block)
 end
 -- (tonumber only on what is there: a missing key is false.)
@@ -51,7 +52,7 @@ if values[4] and values[4] ~= '0' then
     for _, entry in ipairs(cjson.decode(served)) do names[entry[1]] = true end
     local ready, offset = session .. 'runnable', 0
     while bits % 2 == 0 do
-      local page = redis.call('ZREVRANGEBYSCORE', ready, '+inf', 1, 'LIMIT', offset, 64)
+      local page = call('ZREVRANGEBYSCORE', ready, '+inf', 1, 'LIMIT', offset, 64)
       for _, cid in ipairs(page) do
         local colon = string.find(cid, ':', 1, true)
         local size = tonumber(string.sub(cid, 1, colon - 1))
@@ -73,7 +74,7 @@ if not owner and values[7] then
 end
 if owner and tonumber(owner) >= boundary then
   local entry = string.format('%d-0', owner)
-  return { 'dup', bits, redis.call('XRANGE', session .. 'log', entry, entry)[1] }
+  return { 'dup', bits, call('XRANGE', session .. 'log', entry, entry)[1] }
 end
 if origin ~= '' and tonumber(origin) <= boundary then
   return { 'cleared', bits }
@@ -83,7 +84,7 @@ local index = tonumber(values[1] or values[2] or 0) + 1
 local text = string.format('%d', index)
 -- An uncaused event's entry has no cause field (readers take a missing
 -- cause as none).
-redis.call('XADD', session .. 'log', text .. '-0', 'id', id, 'type', typ,
+call('XADD', session .. 'log', text .. '-0', 'id', id, 'type', typ,
   'payload', ARGV[4], 'created_at', ARGV[1])
 local typed = values[3]
 if typed then
@@ -92,11 +93,11 @@ if typed then
   local entry = registry[typ]
   if entry then
     local hex = string.gsub(typ, '.', function(c) return string.format('%02x', string.byte(c)) end)
-    redis.call('ZADD', session .. 'type:' .. hex, index, text)
+    call('ZADD', session .. 'type:' .. hex, index, text)
     entry[2] = index
-    redis.call('MSET', owner_key, text, counter, text, session .. 'typed', cjson.encode(registry))
+    call('MSET', owner_key, text, counter, text, session .. 'typed', cjson.encode(registry))
     return index * 4 + bits
   end
 end
-redis.call('MSET', owner_key, text, counter, text)
+call('MSET', owner_key, text, counter, text)
 return index * 4 + bits

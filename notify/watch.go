@@ -65,7 +65,9 @@ func NewSessionWatcher(client rueidis.Client, prefix string, opts WatchOptions) 
 // refresh finds that the mark may have lapsed (it was gone, or the last
 // refresh is more than FollowTTL old: the process stalled or Redis was out
 // of reach), wake-ups may have been skipped meanwhile, and fn gets a
-// NoticeOverflow: read what you missed, as after an overflow.
+// NoticeOverflow: read what you missed, as after an overflow. A
+// resubscription (NoticeSubscribed with Resubscribed) sets the mark again
+// before fn sees it.
 func (w *SessionWatcher) Watch(ctx context.Context, session string, fn func(Notice) error) error {
 	if w.client == nil {
 		return check.Invalid("client", "is nil")
