@@ -178,7 +178,7 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		ctx, cancel = groupContext(group)
 		defer cancel()
 	}
-	if len(group) == 1 && len(group[0].batch) == 1 && len(group[0].heads[0]) == 0 {
+	if len(group) == 1 && len(group[0].batch) == 1 {
 		return s.runOne(ctx, session, served, group[0])
 	}
 	now := s.now()
@@ -302,9 +302,10 @@ func groupContext(group []*plainCall) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(context.WithoutCancel(group[0].ctx), latest)
 }
 
-// runOne sends a lone batch of one untargeted event through append_one (a
-// script for just that case, replying a single integer when it appends),
-// hands the call its result and returns the wake-up to publish.
+// runOne sends a lone batch of one event through append_one, or
+// append_targeted when it targets event cursors (scripts for just those
+// cases, replying a single integer when they append), hands the call its
+// result and returns the wake-up to publish.
 func (s *Store) runOne(ctx context.Context, session, served string, call *plainCall) wakeUp {
 	now := s.now()
 	e := call.batch[0]
@@ -312,11 +313,17 @@ func (s *Store) runOne(ctx context.Context, session, served string, call *plainC
 	if call.nonce == "" && generatedShape(e.id) {
 		block = e.id[:24]
 	}
-	args := []string{itoa(now), e.id, e.typ, string(e.payload), call.origin, served, block}
-	for len(args) > 4 && args[len(args)-1] == "" {
-		args = args[:len(args)-1]
+	script := "append_one"
+	args := append(make([]string, 0, 7+len(call.heads[0])), itoa(now), e.id, e.typ, string(e.payload), call.origin, served, block)
+	if len(call.heads[0]) > 0 {
+		script = "append_targeted"
+		args = append(args, call.heads[0]...)
+	} else {
+		for len(args) > 4 && args[len(args)-1] == "" {
+			args = args[:len(args)-1]
+		}
 	}
-	reply, err := s.run(ctx, "append_one", session, args)
+	reply, err := s.run(ctx, script, session, args)
 	if err != nil {
 		call.err = err
 		return wakeUp{}
@@ -349,7 +356,7 @@ func (s *Store) runOne(ctx context.Context, session, served string, call *plainC
 		call.err = refusedBatch(session, w, call.origin, 1)
 		return wakeUp{}
 	default:
-		err = fmt.Errorf("%w: append_one replied %v", a2redis.ErrUnexpectedReply, reply)
+		err = fmt.Errorf("%w: %s replied %v", a2redis.ErrUnexpectedReply, script, reply)
 	}
 	call.err = err
 	return wakeUp{}
