@@ -38,8 +38,8 @@ func TestQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("quick run took %v", time.Since(start).Round(time.Second))
-	if len(report.Scenarios) != 23 {
-		t.Errorf("%d scenarios, want 23", len(report.Scenarios))
+	if len(report.Scenarios) != 24 {
+		t.Errorf("%d scenarios, want 24", len(report.Scenarios))
 	}
 	for _, s := range report.Scenarios {
 		sm := s.Summary
