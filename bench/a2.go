@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/a2redis/a2redis"
-	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/notify"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -560,10 +559,12 @@ func a2LatencyClaim(ctx context.Context, h *harness, n int) (Measurement, error)
 	var readyOnce sync.Once
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	sub := notify.NewSubscriber(h.client, notify.SubscriberOptions{})
+	// A session watcher, not a bare subscriber: appends publish a session's
+	// wake-ups only while a watch (or feed) marks it followed.
+	sub := notify.NewSessionWatcher(h.client, prefix, notify.WatchOptions{})
 	subscribed := make(chan error, 1)
 	go func() {
-		subscribed <- sub.Subscribe(sctx, keys.For(prefix, session).NotifyChannel(), func(n notify.Notice) error {
+		subscribed <- sub.Watch(sctx, session, func(n notify.Notice) error {
 			if n.Kind == notify.NoticeSubscribed {
 				readyOnce.Do(func() { close(ready) })
 			}

@@ -42,14 +42,15 @@ func init() {
 
 // §1 Wake-ups: after a write commits, the client publishes the new events
 // on the session's notify channel; replays and oversized batches are
-// announced bare.
+// announced bare. (Plain appends publish only while the session is marked
+// followed, as a notify.SessionWatcher marks it.)
 func init() {
 	wake := func(sharded bool) func(t *testing.T, e *env) {
 		return func(t *testing.T, e *env) {
 			if sharded {
 				e.store = e.newStore(func(c *redisstore.Config) { c.ShardedPubSub = true })
 			}
-			sub := e.subscribe(keys.For(e.prefix, "s").NotifyChannel(), sharded)
+			sub := e.watch("s", sharded)
 			msg := func(n int) notify.Message {
 				t.Helper()
 				m, err := notify.Decode(sub.next(t, n))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/keys"
+	"github.com/a2redis/a2redis/notify"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -319,6 +320,48 @@ func (e *env) subscribe(channel string, sharded bool) *subscription {
 		e.fatalf("subscribe %q: %v", channel, err)
 	case <-time.After(10 * time.Second):
 		e.fatalf("subscribe %q: no confirmation within 10s", channel)
+	}
+	return sub
+}
+
+// watch follows session's notify channel through a notify.SessionWatcher
+// (which marks the session followed, so that writes publish their
+// wake-ups) and returns once the server confirmed the subscription.
+func (e *env) watch(session string, sharded bool) *subscription {
+	e.t.Helper()
+	sub := &subscription{cond: make(chan struct{}, 1)}
+	ready := make(chan struct{})
+	var once sync.Once
+	ctx, cancel := context.WithCancel(e.ctx)
+	w := notify.NewSessionWatcher(e.client, e.prefix, notify.WatchOptions{SubscriberOptions: notify.SubscriberOptions{Sharded: sharded}})
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Watch(ctx, session, func(n notify.Notice) error {
+			switch n.Kind {
+			case notify.NoticeSubscribed:
+				once.Do(func() { close(ready) })
+			case notify.NoticeMessage:
+				sub.mu.Lock()
+				sub.msgs = append(sub.msgs, n.Payload)
+				sub.mu.Unlock()
+				select {
+				case sub.cond <- struct{}{}:
+				default:
+				}
+			}
+			return nil
+		})
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		e.fatalf("watch %q: %v", session, err)
+	case <-time.After(10 * time.Second):
+		e.fatalf("watch %q: no confirmation within 10s", session)
 	}
 	return sub
 }

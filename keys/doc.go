@@ -23,7 +23,8 @@
 //	                                 lifetime collapsed: read clear)
 //	clear                string      index of the latest clear marker
 //	log                  stream      the events; entry id <index>-0, fields
-//	                                 id type payload created_at cause
+//	                                 id type payload created_at cause (JSON;
+//	                                 absent or empty for an uncaused event)
 //	id:<event id>        string      index of the event with that id in the
 //	                                 current lifetime (deduplication)
 //	ids:<nonce>          string      "<first index>:<count>" of a batch of two
@@ -53,6 +54,9 @@
 //	sweep                string      "<clear index>:<phase>:<cursor>": how far
 //	                                 the sweep of a past lifetime got (only
 //	                                 while one is due or under way)
+//	followed             string      set (with an expiry) while a reader follows
+//	                                 the notify channel; plain appends publish
+//	                                 their wake-ups only while it exists
 //
 // Channels of one session (pub/sub channel names, not keys; they carry the
 // session's hash tag so that sharded pub/sub routes them to the session's

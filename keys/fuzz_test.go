@@ -34,7 +34,7 @@ var trickyStrings = []string{
 }
 
 // keyKinds is the number of key/channel kinds keyOf knows.
-const keyKinds = 19
+const keyKinds = 20
 
 // keyOf builds key kind k of session s. It also returns the part of
 // (arg, n) that the key actually depends on, so that callers can compare
@@ -77,6 +77,10 @@ func keyOf(s Session, k uint8, arg string, n int64) (key string, input string) {
 		return s.IDBlock(arg), "idblock\x00" + arg
 	case 17:
 		return s.Sweep(), "sweep"
+	case 18:
+		return s.Followed(), "followed"
+	case 19:
+		return s.Listed(), "listed"
 
 	default:
 		return s.PresenceChannel(), "presencechannel"

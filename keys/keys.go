@@ -192,6 +192,14 @@ func (s Session) Live() string { return s.base + "live" }
 // is due or under way.
 func (s Session) Sweep() string { return s.base + "sweep" }
 
+// Followed is the string key that marks the session as followed: readers
+// of its notify channel (notify.Feed, notify.SessionWatcher) set it, with
+// an expiry (PX), before they subscribe and refresh it while they follow.
+// Plain appends publish their wake-ups only while it exists; a reader that
+// finds it had lapsed reads what it may have missed. Its value means
+// nothing.
+func (s Session) Followed() string { return s.base + "followed" }
+
 // NotifyChannel is the pub/sub channel (not a key) announcing new work in
 // the session. It carries the session's hash tag so that sharded pub/sub
 // routes it to the session's slot.

@@ -80,6 +80,7 @@ func TestSessionKeys(t *testing.T) {
 		{s.Presence(), `a2:{"s1"}:presence`},
 		{s.Live(), `a2:{"s1"}:live`},
 		{s.Sweep(), `a2:{"s1"}:sweep`},
+		{s.Followed(), `a2:{"s1"}:followed`},
 		{s.NotifyChannel(), `a2:{"s1"}:notify`},
 		{s.PresenceChannel(), `a2:{"s1"}:presence-events`},
 		{Schema("a2"), `a2:schema`},

@@ -27,7 +27,10 @@
 --   JSON and, only in a batch with targets, m (the event's event-cursor
 --   targets) and m cursor-id prefixes '<byte length of consumer>:<consumer>#'
 --
--- Replies: { has_pending, outcome... }, one outcome per batch:
+-- Replies: { bits, outcome... }, one outcome per batch, where bits =
+-- 2 × followed + has_pending: has_pending is 1 when a served consumer has a
+-- live head, followed 1 when a reader follows the session (its `followed`
+-- key is set: the store publishes the round's wake-up only then):
 --   first index             appended (an integer, not a list)
 --   { 'empty' }             n was 0
 --   { 'dup', entry... }     every id stored (by an earlier call or an earlier
@@ -40,17 +43,19 @@ local k = tonumber(ARGV[3])
 
 -- The layout of the call, and one MGET (in slices of 1000 keys) for the
 -- counter, the clear marker, the typed registry, the live count, the
--- ready-index record (listed), each
--- nonce's id block, and each explicit id's key (and block, for an id of the
--- generated shape). starts[b] is where batch b's header starts; types[e]
+-- followed mark, each nonce's id block, each explicit id's key (and block,
+-- for an id of the generated shape) and, when a batch has targets, the
+-- ready-index record (listed). starts[b] is where batch b's header starts; types[e]
 -- is where the e-th event of the call has its type (its id, if sent, is
 -- just before); at_key[e] is the MGET position of its id key and
 -- at_block[e] of its block; at_block[-b] is that of batch b's nonce block.
-local keys = { counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'listed' }
+local keys = { counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed' }
 local starts, types, at_key, at_block, at, e = {}, {}, {}, {}, 4, 0
+local any_targeted = false
 for b = 1, k do
   starts[b] = at
   local n, nonce, targeted = tonumber(ARGV[at]), ARGV[at + 2], ARGV[at + 3] == '1'
+  any_targeted = any_targeted or targeted
   at = at + 4
   if nonce ~= '' then
     -- A batch of one is recorded under its event's id key, as any id is
@@ -73,6 +78,11 @@ for b = 1, k do
     types[e] = at
     at = at + (targeted and 3 + tonumber(ARGV[at + 2]) or 2)
   end
+end
+local at_listed = nil
+if any_targeted then
+  keys[#keys + 1] = session .. 'listed'
+  at_listed = #keys
 end
 local values
 if #keys <= 1000 then
@@ -180,8 +190,10 @@ for b = 1, k do
         if written then written[id] = writes[w] end
       end
       local typ = ARGV[o]
+      -- An uncaused event's entry has no cause field (readers take a
+      -- missing cause as none).
       redis.call('XADD', log, entry_id, 'id', id, 'type', typ,
-        'payload', ARGV[o + 1], 'created_at', now, 'cause', '')
+        'payload', ARGV[o + 1], 'created_at', now)
       -- Each event-cursor target is a new runnable head scoring its index.
       if targeted then
         local idx = string.sub(entry_id, 1, -3)
@@ -278,7 +290,9 @@ if pending == '0' and live > 0 then
     end
   end
 end
-replies[1] = pending
+replies[1] = (values[5] and 2 or 0) + (pending == '1' and 1 or 0)
 -- Targets made new heads: the ready index may have to learn of them.
-replies[#replies + 1] = heads and ready_mark(session, tonumber(ARGV[1]), false, values[5] or false, true, true) or READY_MARK
+if heads then
+  replies[#replies + 1] = ready_mark(session, tonumber(ARGV[1]), false, values[at_listed] or false, true, true)
+end
 return replies

@@ -60,3 +60,51 @@ func ExampleFeed_Follow() {
 	// #2 m2 {"text":"hello"} (caught up by reading: false)
 	// true
 }
+
+// A loop that only wants to be woken when a session gets new events (a
+// claim loop, say) watches the session: the watch marks it followed, so
+// appends publish their wake-ups, and reports each one.
+func ExampleSessionWatcher_Watch() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: "example"})
+	if err != nil {
+		panic(err)
+	}
+
+	watch := notify.NewSessionWatcher(client, "example", notify.WatchOptions{})
+	done := errors.New("done")
+	err = watch.Watch(ctx, "orders", func(n notify.Notice) error {
+		switch n.Kind {
+		case notify.NoticeSubscribed, notify.NoticeOverflow:
+			// Look at the session now: wake-ups may have been missed.
+			fmt.Println("subscribed: read what is there")
+			go func() {
+				_, _ = store.Append(ctx, "orders", []a2redis.Event{{ID: "o1", Type: "order.placed"}}, redisstore.AppendOptions{})
+			}()
+		case notify.NoticeMessage:
+			m, err := notify.Decode(n.Payload)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("woken: the session's head is %d\n", m.Frontier)
+			return done
+		}
+		return nil
+	})
+	fmt.Println(errors.Is(err, done))
+	// Output:
+	// subscribed: read what is there
+	// woken: the session's head is 1
+	// true
+}

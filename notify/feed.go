@@ -51,6 +51,9 @@ type FeedOptions struct {
 	// the store publishes with SPUBLISH (redisstore.Config.ShardedPubSub).
 	// See SubscriberOptions.Sharded for the trade-off. Default false.
 	Sharded bool
+	// FollowTTL is how long a followed session's mark outlives its last
+	// refresh (see WatchOptions.FollowTTL). Default DefaultFollowTTL.
+	FollowTTL time.Duration
 }
 
 // Feed follows sessions: every event, once, in order, with wake-ups applied
@@ -59,7 +62,7 @@ type FeedOptions struct {
 type Feed struct {
 	src    Source
 	prefix string
-	sub    *Subscriber
+	watch  *SessionWatcher
 }
 
 // NewFeed returns a feed that subscribes through client and reads from src.
@@ -71,16 +74,17 @@ func NewFeed(client rueidis.Client, src Source, opts FeedOptions) *Feed {
 	return &Feed{
 		src:    src,
 		prefix: prefix,
-		sub:    NewSubscriber(client, SubscriberOptions{Sharded: opts.Sharded}),
+		watch:  NewSessionWatcher(client, prefix, WatchOptions{SubscriberOptions: SubscriberOptions{Sharded: opts.Sharded}, FollowTTL: opts.FollowTTL}),
 	}
 }
 
 // Follow delivers every event after `after` (raised to the clear marker - 1
 // when lower) in index order until ctx ends (returns ctx.Err()) or fn
-// returns an error (returned). It subscribes first, then catches up with
+// returns an error (returned). It marks the session followed and
+// subscribes first (SessionWatcher.Watch), then catches up with
 // ReadPages, then applies carried wake-ups that continue exactly where it
-// is, and catches up by reading whenever a wake-up is bare, skips ahead, or
-// a reconnect happened. A read error that is not a transport error (for
+// is, and catches up by reading whenever a wake-up is bare, skips ahead, a
+// reconnect happened, or the followed mark may have lapsed. A read error that is not a transport error (for
 // example ErrRangeGap) ends Follow; transport errors are retried with
 // backoff. fn runs on the calling goroutine, one update at a time.
 func (f *Feed) Follow(ctx context.Context, session string, after int64, fn func(Update) error) error {
@@ -100,8 +104,7 @@ func (f *Feed) Follow(ctx context.Context, session string, after int64, fn func(
 		return check.Invalid("FeedOptions.Prefix", "%v", err)
 	}
 	fw := &follower{ctx: ctx, src: f.src, session: session, pos: after, fn: fn}
-	channel := keys.For(f.prefix, session).NotifyChannel()
-	err := f.sub.Subscribe(ctx, channel, fw.handle)
+	err := f.watch.Watch(ctx, session, fw.handle)
 	var ue userError
 	if errors.As(err, &ue) {
 		return ue.err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/notify"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -412,4 +413,67 @@ func TestFeedShardedOnACluster(t *testing.T) {
 	other := follow(t, e, "another session", 0)
 	appendBatch(t, e, "another session", 1, "x")
 	requireRun(t, other.waitFor(t, 1), 1, 1)
+}
+
+// A feed whose followed mark lapses (deleted here, as an expiry or a
+// restart without persistence would) misses the wake-ups of the appends
+// meanwhile — they are not published — and its next refresh catches up:
+// nothing is lost, nothing repeated.
+func TestFeedCatchesUpWhenItsMarkLapses(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		e.feed = notify.NewFeed(e.client, e.src, notify.FeedOptions{Prefix: e.prefix, FollowTTL: 400 * time.Millisecond})
+		c := follow(t, e, "s", 0)
+		waitReads(t, e, 1)
+		mark := keys.For(e.prefix, "s").Followed()
+		for i := range 8 {
+			require.NoError(t, e.client.Do(e.ctx, e.client.B().Del().Key(mark).Build()).Error())
+			appendBatch(t, e, "s", 1+i%2, fmt.Sprintf("lapsed%d", i))
+		}
+		last := int64(12)
+		requireRun(t, c.waitFor(t, last), 1, last)
+		// The mark is back: the next append's wake-up carries it.
+		seen := len(c.snapshot())
+		appendBatch(t, e, "s", 1, "after")
+		requireRun(t, c.waitFor(t, last+1), 1, last+1)
+		assert.False(t, c.snapshot()[seen].CaughtUp, "carried by its wake-up")
+	})
+}
+
+// Without the mark an append publishes nothing (INFO commandstats, on a
+// server of this test's own), so nothing wakes the feed; a resubscription
+// sets the mark again before it catches up.
+func TestFeedMarksTheSessionAgainOnResubscribing(t *testing.T) {
+	t.Parallel()
+	srv := redistest.SpawnServer(t)
+	client := privateClient(t, srv.Addr())
+	e := newEnv(t, client, false)
+	c := follow(t, e, "s", 0)
+	waitReads(t, e, 1)
+	publishes := func() int64 {
+		t.Helper()
+		calls, err := redistest.CommandCalls(e.ctx, client)
+		require.NoError(t, err)
+		return calls["publish"]
+	}
+	appendBatch(t, e, "s", 1, "followed")
+	c.waitFor(t, 1)
+	assert.Equal(t, int64(1), publishes(), "a followed session's append publishes")
+
+	mark := keys.For(e.prefix, "s").Followed()
+	require.NoError(t, client.Do(e.ctx, client.B().Del().Key(mark).Build()).Error())
+	appendBatch(t, e, "s", 1, "unmarked")
+	assert.Equal(t, int64(1), publishes(), "an append to an unmarked session does not")
+	time.Sleep(200 * time.Millisecond)
+	assert.Len(t, c.events(), 1, "and nothing woke the feed (its next refresh is 15 s away)")
+
+	n, err := client.Do(e.ctx, client.B().ClientKill().TypePubsub().Build()).AsInt64()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	requireRun(t, c.waitFor(t, 2), 1, 2)
+	ttl, err := client.Do(e.ctx, client.B().Pttl().Key(mark).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, int64(50_000), "marked again, with its expiry")
+	appendBatch(t, e, "s", 1, "again")
+	requireRun(t, c.waitFor(t, 3), 1, 3)
+	assert.Equal(t, int64(2), publishes())
 }

@@ -137,6 +137,13 @@ func NewSubscriber(client rueidis.Client, opts SubscriberOptions) *Subscriber {
 // The first notice is NoticeSubscribed: read what you missed after it, not
 // before, so nothing published in between is lost.
 func (s *Subscriber) Subscribe(ctx context.Context, channel string, fn func(Notice) error) error {
+	return s.subscribe(ctx, channel, fn, nil)
+}
+
+// subscribe is Subscribe, with beside, when not nil, running in a
+// goroutine of its own for as long as the subscription lasts; it may push
+// notices of its own onto the subscription's queue.
+func (s *Subscriber) subscribe(ctx context.Context, channel string, fn func(Notice) error, beside func(context.Context, *queue)) error {
 	if s.client == nil {
 		return check.Invalid("client", "is nil")
 	}
@@ -152,6 +159,17 @@ func (s *Subscriber) Subscribe(ctx context.Context, channel string, fn func(Noti
 	q := newQueue(s.opts.QueueLimit)
 	pumped := make(chan error, 1)
 	go func() { pumped <- s.pump(ctx, channel, q) }()
+	if beside != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			beside(ctx, q)
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+	}
 	stop := func(err error) error {
 		cancel()
 		<-pumped

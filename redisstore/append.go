@@ -47,7 +47,9 @@ type AppendResult struct {
 // batch whose ids are all stored replays the stored rows (Replayed), one
 // with only some stored fails with ErrPartialDuplicateBatch. Events with a
 // Cause commit only while that attempt owns its head (ErrSupersededAttempt).
-// After the write it publishes a wake-up on the session's notify channel.
+// After the write it publishes a wake-up on the session's notify channel;
+// a plain append (see below) only while a reader follows the session
+// (notify.Feed, notify.SessionWatcher: keys.Session.Followed).
 // Plain appends (no causes, no lane targets, no served log consumer) to a session
 // that arrive while another is in flight go together in the next script
 // call, each with its own result (see Config.NoCoalescing). An append the

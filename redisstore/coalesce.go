@@ -178,6 +178,9 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		ctx, cancel = groupContext(group)
 		defer cancel()
 	}
+	if len(group) == 1 && len(group[0].batch) == 1 {
+		return s.runOne(ctx, session, served, group[0])
+	}
 	now := s.now()
 	size := 3
 	for _, call := range group {
@@ -218,7 +221,14 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		}
 		return wakeUp{}
 	}
-	pending := word(reply, 0) == "1"
+	bits, err := number(reply, 0)
+	if err != nil {
+		for _, call := range group {
+			call.err = err
+		}
+		return wakeUp{}
+	}
+	pending := bits&1 == 1
 	var written []a2redis.StoredEvent
 	var replayed int64
 	for i, call := range group {
@@ -230,6 +240,11 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		default:
 			written = append(written, call.res.Events...)
 		}
+	}
+	if bits&2 == 0 {
+		// No reader follows the session: nobody to wake (one that starts
+		// following later reads what it missed after subscribing).
+		return wakeUp{}
 	}
 	// The publish outlives the round's context (see publishOn).
 	wake := wakeUp{ctx: context.WithoutCancel(ctx), session: session}
@@ -285,4 +300,78 @@ func groupContext(group []*plainCall) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(group[0].ctx), latest)
+}
+
+// runOne sends a lone batch of one event through append_one, or
+// append_targeted when it targets event cursors (scripts for just those
+// cases, replying a single integer when they append), hands the call its
+// result and returns the wake-up to publish.
+func (s *Store) runOne(ctx context.Context, session, served string, call *plainCall) wakeUp {
+	now := s.now()
+	e := call.batch[0]
+	block := ""
+	if call.nonce == "" && generatedShape(e.id) {
+		block = e.id[:24]
+	}
+	script := "append_one"
+	args := append(make([]string, 0, 7+len(call.heads[0])), itoa(now), e.id, e.typ, string(e.payload), call.origin, served, block)
+	if len(call.heads[0]) > 0 {
+		script = "append_targeted"
+		args = append(args, call.heads[0]...)
+	} else {
+		for len(args) > 4 && args[len(args)-1] == "" {
+			args = args[:len(args)-1]
+		}
+	}
+	reply, err := s.run(ctx, script, session, args)
+	if err != nil {
+		call.err = writeError(session, call.batch, err)
+		return wakeUp{}
+	}
+	wake := wakeUp{ctx: context.WithoutCancel(ctx), session: session}
+	if len(reply) == 1 && reply[0].IsInt64() {
+		v, _ := reply[0].AsInt64()
+		index := v >> 2
+		call.res = AppendResult{Events: appendedEvents(session, call.batch, index, now, nil), HasPending: v&1 == 1}
+		if v&2 != 0 {
+			wake.message = notify.Encode(index, now, wakeEntries(call.res.Events))
+		}
+		return wake
+	}
+	bits, err := number(reply, 1)
+	switch w := word(reply, 0); {
+	case err != nil:
+	case w == "dup":
+		var stored []a2redis.StoredEvent
+		stored, err = replayedEvents(session, call.batch, reply[2:])
+		if err == nil {
+			call.res = AppendResult{Events: stored, Replayed: true, HasPending: bits&1 == 1}
+			if bits&2 != 0 {
+				// The first try may have committed without its wake-up.
+				wake.message = notify.EncodeBare(lastIndex(stored))
+			}
+			return wake
+		}
+	case w == "cleared":
+		call.err = refusedBatch(session, w, call.origin, 1)
+		return wakeUp{}
+	default:
+		err = fmt.Errorf("%w: %s replied %v", a2redis.ErrUnexpectedReply, script, reply)
+	}
+	call.err = err
+	return wakeUp{}
+}
+
+// generatedShape reports an id of the shape the default generator gives
+// (32 lower-case hex digits), which may be recorded in an id block.
+func generatedShape(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -329,6 +329,11 @@ func (s *Store) runTry(ctx context.Context, name, session string, args []string)
 		}
 		return nil, nil, fmt.Errorf("a2redis: %s script in session %q: %w", name, session, err)
 	}
+	if msg.IsInt64() {
+		// A lone integer (append_one's common reply: cheaper for the
+		// server than an array) is the reply's only value.
+		return []rueidis.RedisMessage{msg}, notReplicated, nil
+	}
 	if !msg.IsArray() {
 		return nil, nil, fmt.Errorf("%w: %s script replied %v", a2redis.ErrUnexpectedReply, name, msg)
 	}

@@ -17,47 +17,53 @@ import (
 	"github.com/a2redis/a2redis/redisstore"
 )
 
-// subscribe collects the session's wake-ups on a dedicated connection.
+// subscribe collects the session's wake-ups through a notify.SessionWatcher
+// (which marks the session followed: plain appends publish only then) and
+// returns once the subscription is live.
 func subscribe(t *testing.T, e *env, session string) <-chan notify.Message {
 	t.Helper()
-	conn, release := e.client.Dedicate()
-	t.Cleanup(release)
-	out := make(chan notify.Message, 16)
-	ctx, cancel := context.WithCancel(e.ctx)
-	t.Cleanup(cancel)
+	return watchSession(t, e.client, e.store.Prefix(), session)
+}
+
+// watchSession is subscribe on any client and prefix. The channel it
+// returns holds up to 1024 wake-ups; more are dropped.
+func watchSession(t *testing.T, client rueidis.Client, prefix, session string) <-chan notify.Message {
+	t.Helper()
+	out := make(chan notify.Message, 1024)
+	live := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	w := notify.NewSessionWatcher(client, prefix, notify.WatchOptions{})
 	go func() {
-		_ = conn.Receive(ctx, conn.B().Subscribe().Channel(keysFor(e, session).NotifyChannel()).Build(), func(m rueidis.PubSubMessage) {
-			msg, err := notify.Decode([]byte(m.Message))
-			if err == nil {
-				out <- msg
-			}
-		})
-	}()
-	// Wait until the subscription is live: probe until a probe arrives (on a
-	// cluster PUBLISH counts only the local node's subscribers, so its reply
-	// can't tell).
-	probe := `{"f":-1}`
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		require.NoError(t, e.client.Do(e.ctx, e.client.B().Publish().Channel(keysFor(e, session).NotifyChannel()).Message(probe).Build()).Error())
-		select {
-		case m := <-out:
-			if m.Frontier == -1 {
-				// Drain the other probes in flight.
-				for {
+		first := true
+		done <- w.Watch(ctx, session, func(n notify.Notice) error {
+			switch {
+			case n.Kind == notify.NoticeSubscribed && first:
+				first = false
+				close(live)
+			case n.Kind == notify.NoticeMessage:
+				if msg, err := notify.Decode(n.Payload); err == nil {
 					select {
-					case <-out:
-					case <-time.After(100 * time.Millisecond):
-						return out
+					case out <- msg:
+					default:
 					}
 				}
 			}
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription never went live")
-		}
+			return nil
+		})
+	}()
+	select {
+	case <-live:
+	case err := <-done:
+		t.Fatalf("watch ended before it was subscribed: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription never went live")
 	}
+	return out
 }
 
 func next(t *testing.T, ch <-chan notify.Message) notify.Message {

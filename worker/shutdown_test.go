@@ -27,9 +27,20 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 		var mu sync.Mutex
 		successes := map[string]int{}
 		laneOrder := map[string][]int64{}
+		// One head outruns any StopTimeout on its first run, so the stop
+		// surely has a handler to cancel and a claim to release.
+		var slowOnce sync.Once
+		slowRunning := make(chan struct{})
 		handler := func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
+			wait := time.Duration(2+rand.IntN(30)) * time.Millisecond
+			if h.Session == "s0" && h.Consumer == "ev" && h.Index == 3 {
+				slowOnce.Do(func() {
+					wait = time.Hour
+					close(slowRunning)
+				})
+			}
 			select {
-			case <-time.After(time.Duration(2+rand.IntN(30)) * time.Millisecond):
+			case <-time.After(wait):
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
 			}
@@ -60,7 +71,14 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 			e.append(fmt.Sprintf("s%d", i), batch...)
 		}
 		const total = 2 * sessions * perSession
-		e.eventually("a third handled", func() bool { return done() >= total/3 })
+		e.eventually("a third handled, the slow head running", func() bool {
+			select {
+			case <-slowRunning:
+				return done() >= total/3
+			default:
+				return false
+			}
+		})
 		require.NoError(t, a.stop(), "a clean stop")
 		kindsA := outA.kinds()
 		t.Logf("worker a: %v", kindsA)

@@ -3,7 +3,9 @@
 // Redis (Redis 7+, Valkey, Upstash, Redis Cluster). It is light on the
 // server (everything is read page by page, each page a short call of its
 // own, so even a session of millions of heads never stalls production),
-// safe (every command but redrive only reads, and redrive asks first) and
+// safe (every command but redrive only reads, and redrive asks first;
+// tail -f sets only the session's expiring 'followed' mark, which makes
+// appends publish their wake-ups) and
 // scriptable (--json, exit codes).
 //
 // # Usage

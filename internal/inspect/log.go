@@ -271,8 +271,10 @@ func tailCommand() command {
 		summary: "show a session's newest events; -f follows new ones live",
 		details: `Shows the newest N events of the session's current lifetime. With -f it
 then follows the session live (pub/sub wake-ups, catching up by reading
-when one is missed) until interrupted with Ctrl-C, which exits 0. Events
-that arrive live carry no CAUSE (wake-ups do not carry it; 'log' shows it).
+when one is missed) until interrupted with Ctrl-C, which exits 0; while it
+follows, it keeps the session's 'followed' mark set (a key with an expiry:
+appends publish wake-ups only while a reader follows). Events that arrive
+live carry no CAUSE (wake-ups do not carry it; 'log' shows it).
 With --json and -f, every event is printed as one JSON object per line.
 ` + eventDetails,
 		need: needSession,
