@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -51,7 +52,7 @@ func completeAll(t *testing.T, e *env, session string, heads []a2redis.HeadEvent
 // call (the general completion). The default limit takes exactly
 // DefaultClaimLimit heads.
 func TestLimitsEventHeadsInOneChunk(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
+	eachAtLimits(t, func(t *testing.T, e *env) {
 		targets := make([]a2redis.Target, limitConsumers)
 		for c := range targets {
 			targets[c] = a2redis.Target{Consumer: fmt.Sprintf("c%d", c)}
@@ -114,7 +115,7 @@ func claimsOf(heads []a2redis.HeadEvent) []redisstore.Claim {
 // head), then the next heads lapse and are taken over (the general claim
 // reads MaxBatch lane records) and completed (the general completion).
 func TestLimitsLaneHeadsInOneChunk(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
+	eachAtLimits(t, func(t *testing.T, e *env) {
 		events := make([]a2redis.Event, 2*limitEvents)
 		for i := range events {
 			targets := make([]a2redis.Target, limitConsumers)
@@ -154,7 +155,7 @@ func TestLimitsLaneHeadsInOneChunk(t *testing.T) {
 // (the general append), and as the events a completion returns; one more
 // is refused before anything is written.
 func TestLimitsMaxBatch(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
+	eachAtLimits(t, func(t *testing.T, e *env) {
 		batch := func(lane string) []a2redis.Event {
 			events := make([]a2redis.Event, redisstore.DefaultMaxBatch)
 			for i := range events {
@@ -195,7 +196,7 @@ func TestLimitsMaxBatch(t *testing.T) {
 // use — work through append, claim, complete, fail, dead letters, redrive
 // and the listings (gopher-lua's string.byte(s) returns every byte of s).
 func TestLongNames(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
+	eachAtLimits(t, func(t *testing.T, e *env) {
 		long := func(seed string) string {
 			s := strings.Repeat(seed, 64<<10/len(seed)+1)[:64<<10]
 			for !utf8.ValidString(s) {
@@ -261,4 +262,21 @@ func TestLongNames(t *testing.T) {
 			assert.Equal(t, int64(0), cur.Head)
 		}
 	})
+}
+
+// eachAtLimits is each, but under the race detector it leaves out
+// miniredis: the detector slows its Lua interpreter about tenfold, and a
+// script over MaxBatch heads then outlasts the client's I/O timeout. The
+// same counts run on miniredis in the plain run (make test) and on the
+// real servers in both.
+func eachAtLimits(t *testing.T, fn func(t *testing.T, e *env)) {
+	for _, tg := range redistest.Targets {
+		t.Run(tg.Name, func(t *testing.T) {
+			if raceEnabled && tg.Name == "miniredis" {
+				t.Skip("-race: miniredis's Lua is too slow for MaxBatch heads in one call (the plain run covers it)")
+			}
+			t.Parallel()
+			fn(t, newEnv(t, tg))
+		})
+	}
 }
