@@ -44,10 +44,7 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) ([]ReleaseOutco
 	if err := checkSession(req.Session); err != nil {
 		return nil, err
 	}
-	causes := make([]a2redis.Cause, len(req.Attempts))
-	for i, a := range req.Attempts {
-		causes[i] = a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
-	}
+	causes := CompleteAttemptsRequest{Attempts: req.Attempts}.causes()
 	if err := check.Completions("Attempts", causes, s.cfg.MaxBatch); err != nil {
 		return nil, err
 	}

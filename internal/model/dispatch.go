@@ -348,17 +348,7 @@ func (m *Store) complete(s *session, req redisstore.CompleteRequest, cause a2red
 // CompleteAttempts completes several attempts without returned events, all
 // or nothing (see redisstore.Store.CompleteAttempts).
 func (m *Store) CompleteAttempts(ctx context.Context, req redisstore.CompleteAttemptsRequest) ([]redisstore.CompleteResult, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkSession(req.Session); err != nil {
-		return nil, err
-	}
-	causes := make([]a2redis.Cause, len(req.Attempts))
-	for i, a := range req.Attempts {
-		causes[i] = a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
-	}
-	if err := check.Completions("Attempts", causes, m.cfg.MaxBatch); err != nil {
+	if err := m.checkAttempts(ctx, req.Session, req.Attempts); err != nil {
 		return nil, err
 	}
 	srv, err := parseServed(req.Consumers)
@@ -392,7 +382,8 @@ func (m *Store) CompleteAttempts(ctx context.Context, req redisstore.CompleteAtt
 	results := make([]redisstore.CompleteResult, len(req.Attempts))
 	for i, a := range req.Attempts {
 		one := redisstore.CompleteRequest{Session: req.Session, Head: a.Head, Attempt: a.Attempt}
-		if results[i], err = m.complete(s, one, causes[i], nil, srv, now); err != nil {
+		cause := a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
+		if results[i], err = m.complete(s, one, cause, nil, srv, now); err != nil {
 			return nil, err
 		}
 	}

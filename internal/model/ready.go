@@ -49,17 +49,7 @@ func (m *Store) ReadyAt(ctx context.Context, session string) (redisstore.ReadySt
 // Release gives claimed attempts back without counting a failure (see
 // redisstore.Store.Release).
 func (m *Store) Release(ctx context.Context, req redisstore.ReleaseRequest) ([]redisstore.ReleaseOutcome, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkSession(req.Session); err != nil {
-		return nil, err
-	}
-	causes := make([]a2redis.Cause, len(req.Attempts))
-	for i, a := range req.Attempts {
-		causes[i] = a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
-	}
-	if err := check.Completions("Attempts", causes, m.cfg.MaxBatch); err != nil {
+	if err := m.checkAttempts(ctx, req.Session, req.Attempts); err != nil {
 		return nil, err
 	}
 	if req.Delay < 0 {
@@ -93,4 +83,20 @@ func (m *Store) Release(ctx context.Context, req redisstore.ReleaseRequest) ([]r
 		out[i] = redisstore.Released
 	}
 	return out, nil
+}
+
+// checkAttempts is what CompleteAttempts and Release check first: the
+// context, the session and the attempts (as completions).
+func (m *Store) checkAttempts(ctx context.Context, session string, attempts []redisstore.Completion) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkSession(session); err != nil {
+		return err
+	}
+	causes := make([]a2redis.Cause, len(attempts))
+	for i, a := range attempts {
+		causes[i] = a2redis.Cause{Consumer: a.Head.Consumer, Lane: a.Head.Lane, Index: a.Head.Index, Attempt: a.Attempt}
+	}
+	return check.Completions("Attempts", causes, m.cfg.MaxBatch)
 }
