@@ -48,8 +48,10 @@ func diffOptions(target string, seeds, ops int) DifferentialOptions {
 
 // TestDifferential drives the Redis store and the model with the same
 // seeded operations: 50 seeds of 400 operations against a spawned
-// redis-server, 12 of 150 on miniredis. -seed, -ops, -seeds and -soak (or
-// the A2REDIS_* variables) change that.
+// redis-server, 12 of 150 on miniredis, 6 of 200 on the spawned cluster
+// (every session in its own slot, the ready index's shards on other
+// nodes). -seed, -ops, -seeds and -soak (or the A2REDIS_* variables) change
+// that.
 func TestDifferential(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
@@ -60,5 +62,9 @@ func TestDifferential(t *testing.T) {
 		t.Parallel()
 		_, client := redistest.Miniredis(t)
 		differential(t, Target{Name: "miniredis", Client: client}, diffOptions("miniredis", 12, 150))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		differential(t, Target{Name: "cluster", Client: redistest.Cluster(t)}, diffOptions("cluster", 6, 200))
 	})
 }
