@@ -20,7 +20,8 @@
 -- Replies: { 'ok', outcome... } (each 'ok' or 'superseded'), followed,
 -- when a holder was given and any attempt completed, by a table of
 -- { consumer, kind, index } per claimed next head (as claim's fresh
--- heads; empty when no lane moved on); or { 'general' }.
+-- heads; empty when no lane moved on; a lone one also carries its stream
+-- entry as a fourth element); or { 'general' }.
 local counter = KEYS[1]
 local session = string.sub(counter, 1, -6)
 local bounds = redis.call('MGET', counter, session .. 'clear', session .. 'live', session .. 'listed')
@@ -153,6 +154,15 @@ if claimed and #moved > 0 then
     chunk.names[#chunk.names + 1] = CHUNK_PIN
     chunk.names[#chunk.names + 1] = CHUNK_PIN_VALUE
     sliced('HSET', chunk.key, chunk.names)
+  end
+  -- One lane moved on (a strictly ordered worker): its next event comes
+  -- back with it, which spares the worker a second round trip (an entry
+  -- through Lua costs the server more than a native XRANGE, so not for
+  -- many lanes at once).
+  if #claimed == 1 then
+    local id = claimed[1][3] .. '-0'
+    local found = redis.call('XRANGE', session .. 'log', id, id)
+    if #found == 1 then claimed[1][4] = found[1] end
   end
 end
 sliced('HSET', session .. 'cursors', records)

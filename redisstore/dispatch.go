@@ -737,7 +737,13 @@ func (s *Store) completeAttempts(ctx context.Context, req CompleteAttemptsReques
 	}
 	if claimed.Outcome == Claimed {
 		s.noteLogCursors(claimed.Heads)
-		return results, claimed, s.claimedEvents(ctx, req.Session, &claimed)
+		for _, h := range claimed.Heads {
+			if h.ID == "" {
+				// Not sent along (several lanes moved on): read them.
+				return results, claimed, s.claimedEvents(ctx, req.Session, &claimed)
+			}
+		}
+		return results, claimed, nil
 	}
 	if claimed.Outcome == "" {
 		// The general path completed: claim what the lanes freed.
@@ -1058,7 +1064,7 @@ func nextHeads(session string, m rueidis.RedisMessage, fresh a2redis.Dispatch) (
 	r := ClaimResult{Outcome: Settled}
 	for _, part := range array(m) {
 		parts := array(part)
-		if len(parts) != 3 {
+		if len(parts) != 3 && len(parts) != 4 {
 			return ClaimResult{}, fmt.Errorf("%w: claimed next head %v", a2redis.ErrUnexpectedReply, part)
 		}
 		index, err := strconv.ParseInt(text(parts[2]), 10, 64)
@@ -1066,10 +1072,19 @@ func nextHeads(session string, m rueidis.RedisMessage, fresh a2redis.Dispatch) (
 			return ClaimResult{}, fmt.Errorf("%w: claimed next head %v", a2redis.ErrUnexpectedReply, part)
 		}
 		kind, lane := cursorOf(text(parts[1]))
-		r.Heads = append(r.Heads, a2redis.HeadEvent{
+		head := a2redis.HeadEvent{
 			StoredEvent: a2redis.StoredEvent{Session: session, Index: index},
 			Consumer:    text(parts[0]), Lane: lane, Kind: kind, Dispatch: fresh,
-		})
+		}
+		if len(parts) == 4 {
+			// The script sent the lone next head's event along.
+			ev, err := entry(session, parts[3])
+			if err != nil || ev.Index != index {
+				return ClaimResult{}, fmt.Errorf("%w: claimed next head's entry %v", a2redis.ErrUnexpectedReply, parts[3])
+			}
+			head.StoredEvent = ev
+		}
+		r.Heads = append(r.Heads, head)
 	}
 	if len(r.Heads) > 0 {
 		r.Outcome = Claimed
