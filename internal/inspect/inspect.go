@@ -141,6 +141,8 @@ func commands() []command {
 		deadCommand(),
 		redriveCommand(),
 		presenceCommand(),
+		workersCommand(),
+		readyCommand(),
 	}
 }
 
