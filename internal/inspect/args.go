@@ -164,7 +164,7 @@ func writeUsage(w io.Writer) {
 	lefts := make([]string, len(cmds))
 	width := len("help [COMMAND]")
 	for i, c := range cmds {
-		lefts[i] = strings.Join(append([]string{c.name}, c.args...), " ")
+		lefts[i] = strings.TrimSpace(c.name + " " + argsText(c))
 		width = max(width, len(lefts[i]))
 	}
 	for i, c := range cmds {
@@ -178,7 +178,7 @@ func writeUsage(w io.Writer) {
 func synopsis(cmd command) string {
 	s := name + " " + cmd.name + " [flags]"
 	if len(cmd.args) > 0 {
-		s += " " + strings.Join(cmd.args, " ")
+		s += " " + argsText(cmd)
 	}
 	return s
 }

@@ -172,7 +172,7 @@ func TestUsage(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		out := c.runRaw(t, t.Context(), "", args...).ok(t)
 		for _, cmd := range commands() {
-			assert.Contains(t, out, "\n  "+strings.Join(append([]string{cmd.name}, cmd.args...), " ")+"  ", "%v lists %s", args, cmd.name)
+			assert.Contains(t, out, "\n  "+strings.TrimSpace(cmd.name+" "+argsText(cmd))+"  ", "%v lists %s", args, cmd.name)
 			assert.Contains(t, out, cmd.summary)
 		}
 		assert.Contains(t, out, "Exit codes:")

@@ -22,8 +22,8 @@ when its hold ends), WAIT (how long a due session has waited).
 longest-waiting due session's time), WAITED (now - OLDEST), NEXT (the
 earliest hold end): a few commands per shard whatever the size.
 --shard N lists one shard; --limit N stops after N sessions.
-JSON: one object per line: {"shard","session","state","at"}; with --stats
-{"shard","due","held","oldest","next"}.`,
+JSON: {"shard","session","state","at"}, one object per line (NDJSON); with
+--stats {"shard","due","held","oldest","next"} per line.`,
 		need: needData,
 		setup: func(fs *flag.FlagSet) runner {
 			var o readyOptions

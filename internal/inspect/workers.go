@@ -26,9 +26,9 @@ Columns: ID, HOST, PID, STARTED, HEARTBEAT (age of the last heartbeat),
 CONSUMERS, SLOTS (concurrency), IN_FLIGHT (handlers running), HELD (heads it
 holds), HEADS (the first few as session:consumer[/lane]@index; up to 100 in
 JSON).
-JSON: one object per line: {"id","host","pid","started_at","heartbeat_at",
-"expires_at","consumers","concurrency","in_flight","held","heads":
-[{"session","consumer","lane","index"}]}.`,
+JSON: {"id","host","pid","started_at","heartbeat_at","expires_at",
+"consumers","concurrency","in_flight","held","heads":[{"session",
+"consumer","lane","index"}]}, one object per line (NDJSON).`,
 		need: needData,
 		setup: func(fs *flag.FlagSet) runner {
 			return runner{run: func(ctx context.Context, a *app, _ []string) error { return a.workers(ctx) }}
