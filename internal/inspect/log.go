@@ -274,7 +274,8 @@ then follows the session live (pub/sub wake-ups, catching up by reading
 when one is missed) until interrupted with Ctrl-C, which exits 0; while it
 follows, it keeps the session's 'followed' mark set (a key with an expiry:
 appends publish wake-ups only while a reader follows). Events that arrive
-live carry no CAUSE (wake-ups do not carry it; 'log' shows it).
+live show their CAUSE as 'log' does: wake-ups do not carry it, so each live
+batch is read back (one XRANGE).
 With --json and -f, every event is printed as one JSON object per line.
 ` + eventDetails,
 		need: needSession,
@@ -335,7 +336,13 @@ func (a *app) tail(ctx context.Context, session string, o tailOptions) error {
 		return p.end()
 	}
 	feed := notify.NewFeed(a.client, timedSource{a: a}, notify.FeedOptions{Prefix: a.opts.prefix, Sharded: o.sharded})
-	err = feed.Follow(ctx, session, pos, func(u notify.Update) error { return p.add(u.Events) })
+	err = feed.Follow(ctx, session, pos, func(u notify.Update) error {
+		events, err := a.withCauses(ctx, session, u)
+		if err != nil {
+			return err
+		}
+		return p.add(events)
+	})
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// Ctrl-C is how a follow ends.
 		if err := p.end(); err != nil {
@@ -344,6 +351,35 @@ func (a *app) tail(ctx context.Context, session string, o tailOptions) error {
 		return nil
 	}
 	return err
+}
+
+// withCauses returns an update's events with their causes: wake-ups carry
+// events without them, so a carried batch is read back (one XRANGE, the
+// events are immutable); a catch-up read has them already. Should the read
+// not give the same events (a clear and reclaim in between), the carried
+// ones are shown as they are.
+func (a *app) withCauses(ctx context.Context, session string, u notify.Update) ([]a2redis.StoredEvent, error) {
+	if u.CaughtUp || len(u.Events) == 0 || !slices.ContainsFunc(u.Events, func(e a2redis.StoredEvent) bool { return e.Cause == nil }) {
+		return u.Events, nil
+	}
+	first, last := u.Events[0].Index, u.Events[len(u.Events)-1].Index
+	var read []a2redis.StoredEvent
+	err := timedSource{a: a}.ReadPages(ctx, session, first-1, last, func(events []a2redis.StoredEvent) error {
+		read = append(read, events...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(read) != len(u.Events) {
+		return u.Events, nil
+	}
+	for i := range read {
+		if read[i].Index != u.Events[i].Index || read[i].ID != u.Events[i].ID {
+			return u.Events, nil
+		}
+	}
+	return read, nil
 }
 
 // timedSource is the store as a feed's source, each read bounded by
