@@ -114,7 +114,7 @@ func TestMissingPrefixIsNotCreated(t *testing.T) {
 	assert.Equal(t, "(no a2redis data under prefix \""+prefix+"\" (key "+keys.Schema(prefix)+" does not exist): check --prefix or A2REDIS_PREFIX)\n", r.stderr)
 	var sessions sessionsDoc
 	parseJSON(t, c.run(t, "", "sessions", "--json").ok(t), &sessions)
-	assert.Equal(t, sessionsDoc{Prefix: prefix, Sessions: []sessionJSON{}}, sessions)
+	assert.Empty(t, sessions.Sessions, "no sessions: no lines")
 
 	var cursor uint64
 	for {
