@@ -21,7 +21,7 @@ func redriveCommand() command {
 		name:     "redrive",
 		args:     []string{"SESSION", "CONSUMER", "INDEX"},
 		optional: 2,
-		argsText: "SESSION CONSUMER INDEX | SESSION --all",
+		argsText: "SESSION CONSUMER INDEX|--all",
 		summary:  "retry or skip a dead-lettered head, or --all of them (the only command that writes)",
 		details: `Acts on the consumer's dead-lettered head at INDEX through the store's
 Redrive: --retry clears its failures and makes it runnable again, --skip
