@@ -65,6 +65,16 @@
 //	notify               new events / wake-ups of the session
 //	presence-events      presence changes of the session
 //
+// Keys of the worker registry (hash tag {w}, one slot for the prefix; see
+// [Worker] and [Workers]):
+//
+//	<prefix>:{w}:worker:<id>  string  a running worker's JSON record, with
+//	                                  an expiry (its heartbeat TTL)
+//	<prefix>:{w}:workers      zset    member the worker id, score the epoch-ms
+//	                                  time its record expires (listing without
+//	                                  SCAN; expired members pruned in bounded
+//	                                  steps)
+//
 // # Why no caller string can spell another key
 //
 // Callers choose session ids, event ids, event types, reducer names,

@@ -311,3 +311,46 @@ func FuzzRowField(f *testing.F) {
 		}
 	})
 }
+
+// registryKey builds key kind k of the worker registry of prefix p (0: a
+// worker's record, 1: the listing zset) and the input it depends on.
+func registryKey(p string, k uint8, id string) (key, input string) {
+	if k%2 == 0 {
+		return Worker(p, id), "worker\x00" + id
+	}
+	return Workers(p), "workers"
+}
+
+// FuzzWorkerKeys checks that the worker registry's keys are injective in
+// (prefix, kind, id), all hash on exactly WorkersTag, and never equal a
+// session key, a ready-index key or a global key, whatever the worker id.
+func FuzzWorkerKeys(f *testing.F) {
+	for i, s := range trickyStrings {
+		o := trickyStrings[(i*7+3)%len(trickyStrings)]
+		f.Add("a2", uint8(i), s, "a2", uint8(i+1), o, s, uint8(i), int64(i))
+	}
+	f.Add("a2", uint8(0), "x", "a2", uint8(0), "x}", "w", uint8(0), int64(0))
+	f.Add("a2", uint8(0), "s", "a2", uint8(1), "", "w", uint8(19), int64(0))
+	f.Add("a2", uint8(0), "", "a2", uint8(1), "", `"w"`, uint8(2), int64(0))
+	f.Fuzz(func(t *testing.T, p1 string, k1 uint8, id1 string, p2 string, k2 uint8, id2 string, session string, sk uint8, n int64) {
+		p1, p2 = validPrefixOr(p1, "a2"), validPrefixOr(p2, "a2")
+		key1, in1 := registryKey(p1, k1, id1)
+		key2, in2 := registryKey(p2, k2, id2)
+		same := p1 == p2 && in1 == in2
+		if same != (key1 == key2) {
+			t.Fatalf("inputs equal=%v but keys equal=%v: (%q,%q) -> %q, (%q,%q) -> %q", same, key1 == key2, p1, in1, key1, p2, in2, key2)
+		}
+		for _, key := range []string{key1, key2} {
+			if tag, ok := hashTag(key); !ok || tag != WorkersTag {
+				t.Fatalf("%q hashes on %q (tagged %v), want %q", key, tag, ok, WorkersTag)
+			}
+		}
+		sessKey, _ := keyOf(For(p1, session), sk, session, n)
+		ready := ReadyFor(p1, int(n%64))
+		for _, other := range []string{sessKey, Schema(p1), ReadyShards(p1), RepairLock(p1), ready.Index(), ready.Versions(), ready.WorkChannel()} {
+			if key1 == other {
+				t.Fatalf("registry key %q equals another key", key1)
+			}
+		}
+	})
+}

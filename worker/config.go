@@ -48,6 +48,11 @@ const (
 	DefaultCompleteLinger = time.Millisecond
 	// DefaultCompleteBatch is the most completions one script call carries.
 	DefaultCompleteBatch = 128
+	// DefaultHeartbeatTTL is how long a worker's record in the prefix's
+	// worker registry lives without a heartbeat (one every TTL/3): a
+	// process that dies without deregistering disappears from
+	// a2redis-inspect workers within it.
+	DefaultHeartbeatTTL = 15 * time.Second
 )
 
 // maxErrorText bounds the error text recorded on a failed head.
@@ -132,6 +137,16 @@ type Config struct {
 	// handled consumers. Ignored when the store declares consumers (claims
 	// then serve the declared ones a worker handles). Default false.
 	AllConsumers bool
+	// HeartbeatTTL is how long this worker's record in the prefix's
+	// worker registry (redisstore.Store.Workers, a2redis-inspect workers:
+	// id, host, pid, consumers, in-flight and held heads) lives; the
+	// worker rewrites it every HeartbeatTTL/3 while it runs and removes it
+	// when Run returns, so a process that dies disappears within
+	// HeartbeatTTL. Default DefaultHeartbeatTTL (15s); at least 3ms.
+	HeartbeatTTL time.Duration
+	// Host is the host name the registry shows for this worker. Default
+	// os.Hostname().
+	Host string
 	// Middleware wraps every handler, the first outermost.
 	Middleware []Middleware
 	// Hooks are called at the worker's lifecycle points.
@@ -277,6 +292,7 @@ func withDefaults(cfg Config) (Config, error) {
 		{"Config.RenewEvery", int64(cfg.RenewEvery)}, {"Config.MaxFailures", int64(cfg.MaxFailures)},
 		{"Config.StopTimeout", int64(cfg.StopTimeout)}, {"Config.StopDeadline", int64(cfg.StopDeadline)},
 		{"Config.MaxWait", int64(cfg.MaxWait)}, {"Config.CompleteBatch", int64(cfg.CompleteBatch)},
+		{"Config.HeartbeatTTL", int64(cfg.HeartbeatTTL)},
 	} {
 		if err := positive(f.name, f.v); err != nil {
 			return cfg, err
@@ -323,6 +339,15 @@ func withDefaults(cfg Config) (Config, error) {
 	}
 	if cfg.CompleteBatch == 0 {
 		cfg.CompleteBatch = DefaultCompleteBatch
+	}
+	if cfg.HeartbeatTTL == 0 {
+		cfg.HeartbeatTTL = DefaultHeartbeatTTL
+	}
+	if cfg.HeartbeatTTL < 3*time.Millisecond {
+		return cfg, check.Invalid("Config.HeartbeatTTL", "must be at least 3ms (got %v)", cfg.HeartbeatTTL)
+	}
+	if cfg.Host == "" {
+		cfg.Host, _ = os.Hostname()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -97,4 +97,14 @@
 // every claimed head (completed, failed, dead-lettered, snoozed, released,
 // lease lost, superseded); Config.Logger gets the runtime's log and
 // Config.ErrorHandler every handler failure and runtime error.
+//
+// # Liveness
+//
+// A running worker registers itself in the prefix's worker registry: its
+// id, host (Config.Host), pid, start time, consumers, concurrency, the
+// handlers in flight and the heads it holds (up to 100 named, all
+// counted), rewritten every Config.HeartbeatTTL/3 (TTL default 15 s) and
+// removed when Run returns. A process that dies disappears within
+// HeartbeatTTL. redisstore.Store.Workers lists the live workers; so does
+// a2redis-inspect workers.
 package worker

@@ -7,3 +7,8 @@ func SetRenewGate(w *Worker, gate func()) { w.renewGate.Store(&gate) }
 // Poke makes w read the ready index again, as a wake-up would (tests move
 // the store's clock past a hold, which no wake-up announces).
 func Poke(w *Worker) { w.poke() }
+
+// SetBeatGate makes w call gate before each heartbeat; a false answer
+// skips it (heartbeats that stop, as a killed process's do). Set it before
+// Run.
+func SetBeatGate(w *Worker, gate func() bool) { w.beatGate.Store(&gate) }

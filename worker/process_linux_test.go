@@ -176,7 +176,7 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 				}
 			}
 			appendSessions(0, sessions/2)
-			env := []string{"TW_TTL=3s", "TW_CONCURRENCY=8", "TW_DELAY_MIN=2ms", "TW_DELAY_MAX=12ms"}
+			env := []string{"TW_TTL=3s", "TW_CONCURRENCY=8", "TW_DELAY_MIN=2ms", "TW_DELAY_MAX=12ms", "TW_HEARTBEAT=1s"}
 			procs := []*proc{
 				startProc(t, e.url, e.prefix, "p0", env...),
 				startProc(t, e.url, e.prefix, "p1", env...),
@@ -190,13 +190,21 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 				return int(n)
 			}
 			e.eventually("a third of the heads run", func() bool { return hlen() >= len(want)/3 })
+			e.eventually("the three processes registered", func() bool { return len(e.liveWorkers()) == 3 })
 			killed := procs[1]
 			require.NoError(t, killed.cmd.Process.Kill())
 			<-killed.waited
 			atKill := hlen()
+			e.eventually("the killed process gone from the registry", func() bool {
+				ws := e.liveWorkers()
+				_, p0 := ws["p0"]
+				_, p2 := ws["p2"]
+				return len(ws) == 2 && p0 && p2
+			})
 			e.eventually("every head run and nothing left", func() bool { return hlen() == len(want) && e.idle() })
 			procs[0].stop(t)
 			procs[2].stop(t)
+			assert.Empty(t, e.liveWorkers(), "the stopped processes deregistered")
 
 			total := e.hash(runs)
 			byKilled := e.hash(fxRunsBy(e.prefix, killed.id))

@@ -62,6 +62,7 @@ func testWorkerMain() int {
 	minDelay, _ := time.ParseDuration(os.Getenv("TW_DELAY_MIN"))
 	maxDelay, _ := time.ParseDuration(os.Getenv("TW_DELAY_MAX"))
 	concurrency, _ := strconv.Atoi(os.Getenv("TW_CONCURRENCY"))
+	heartbeat, _ := time.ParseDuration(os.Getenv("TW_HEARTBEAT"))
 
 	var mu sync.Mutex
 	counts := map[worker.OutcomeKind]int{}
@@ -98,7 +99,7 @@ func testWorkerMain() int {
 		return nil, nil
 	}
 	w, err := worker.New(store, worker.Config{
-		ID: id, TTL: ttl, Concurrency: concurrency,
+		ID: id, TTL: ttl, Concurrency: concurrency, HeartbeatTTL: heartbeat,
 		Hooks: worker.Hooks{
 			OnStart: func(context.Context) { fmt.Println("started") },
 			OnOutcome: func(_ context.Context, o worker.Outcome) {

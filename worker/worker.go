@@ -33,7 +33,9 @@ type Worker struct {
 	served  []a2redis.Consumer
 	limited bool // some consumer has MaxInFlight
 
-	renewGate atomic.Pointer[func()] // tests: called before each renewal round
+	renewGate atomic.Pointer[func()]      // tests: called before each renewal round
+	beatGate  atomic.Pointer[func() bool] // tests: called before each heartbeat; false skips it
+	startedAt time.Time                   // when Run started
 
 	wake chan struct{} // a work notice arrived
 	kick chan struct{} // a slot freed
@@ -276,6 +278,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	renewCtx, renewStop := context.WithCancel(base)
 	defer renewStop()
 	bg.Go(func() { w.renewLoop(renewCtx) })
+	w.startedAt = time.Now()
+	beatCtx, beatStop := context.WithCancel(base)
+	defer beatStop()
+	var beat sync.WaitGroup
+	beat.Go(func() { w.heartbeatLoop(beatCtx) })
 	dispatched := make(chan struct{})
 	go func() {
 		defer close(dispatched)
@@ -299,6 +306,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	err = errors.Join(err, w.stop(loopCancel, dispatched))
 	renewStop()
+	beatStop()
+	beat.Wait()
+	w.deregister()
 	w.wcancel()
 	bg.Wait()
 	w.runErr = err

@@ -23,11 +23,14 @@
 //	info                            layout of the prefix, key-locking support, server kinds and versions, cluster or not
 //	sessions                        sessions under the prefix (sorted) with head, clear marker, runnable and dead heads
 //	log SESSION                     a session's events in index order
-//	tail SESSION                    the newest events; -f follows new ones live until Ctrl-C
+//	tail SESSION                    the newest events; -f follows new ones live (causes included) until Ctrl-C
 //	cursors SESSION                 every consumer's cursor: position, head, LAG, STATE, claim, failures
 //	dead SESSION                    dead-lettered heads with their last error
 //	redrive SESSION CONSUMER INDEX  --retry or --skip a dead-lettered head (the only command that writes)
+//	redrive SESSION --all           --retry or --skip every dead-lettered head (--consumer, --lane filter)
 //	presence SESSION                live presence fields
+//	workers                         live worker processes: host, pid, heartbeat, consumers, in flight, held heads
+//	ready                           sessions with work (the ready index) per shard, and since when; --stats per shard
 //
 // Command flags:
 //
@@ -37,7 +40,11 @@
 //	tail      -n N (default 20), -f, --raw, --sharded (follow with SSUBSCRIBE)
 //	redrive   --retry | --skip, --yes/-y (no confirmation), --lane L (which
 //	          cursor, when the consumer has several dead at INDEX; '' is its
-//	          event cursor)
+//	          event cursor); --all (every dead letter of SESSION, counted
+//	          and confirmed first, then one Redrive call each, page by
+//	          page), with --consumer C and --lane L as filters
+//	ready     --stats (one row per shard: due, held, oldest, next),
+//	          --shard N, --limit N
 //
 // # Connection
 //
@@ -50,7 +57,8 @@
 //	--prefix P     the store's key prefix. Default: $A2REDIS_PREFIX, else a2.
 //	--timeout D    bound on every Redis call (connecting included), default
 //	               10s. Long listings make many calls, each bounded alone.
-//	--json         one JSON document instead of a table.
+//	--json         JSON instead of a table: NDJSON for lists, one object
+//	               for single results (see Output).
 //
 // A wrong password, an unreachable server, a TLS mismatch, a prefix holding
 // another key layout, and an unknown session each end with one actionable
@@ -70,36 +78,49 @@
 // JSON mode. Times are RFC 3339 in UTC with milliseconds
 // (2026-01-02T15:04:05.000Z).
 //
-// With --json every command prints exactly one JSON document on stdout,
-// except tail -f, which prints JSON Lines (one event object per line) since
-// it never ends. Field names are snake_case and stable; every field is
-// always present; times are RFC 3339 UTC strings, or null when unset; a lane
-// is "" for an event cursor; payloads and presence values are embedded as
-// JSON.
+// With --json, a command that lists things prints NDJSON (JSON Lines): one
+// compact JSON object per line and nothing else, no enclosing document, so
+// output of any size streams and every line parses on its own (jq, or
+// line-by-line readers); an empty list prints nothing. A single result is
+// one JSON object. tail -f prints the same lines as tail, live. Field names
+// are snake_case and stable; every field is always present; times are RFC
+// 3339 UTC strings, or null when unset; a lane is "" for an event cursor;
+// payloads and presence values are embedded as JSON. Each line of a
+// session's list names its session.
+//
+// One object per line (NDJSON):
+//
+//	sessions  {"session", "head", "clear_index", "runnable",
+//	           "dead_lettered"} (when --limit cut the scan, stderr says so)
+//	log, tail {"index", "id", "type", "created_at", "cause" (null or
+//	           {"consumer", "lane", "index", "attempt"}), "payload"}
+//	cursors   {"session", "consumer", "kind" ("event", "lane", "log"),
+//	           "lane", "position", "head" (0: none), "lag", "state",
+//	           "attempts", "failures", "holder", "first_claimed_at",
+//	           "last_claimed_at", "claim_expires_at", "last_failed_at",
+//	           "last_error", "dead_lettered", "dead_lettered_at"}
+//	dead      {"session", "consumer", "kind", "lane", "index", "event_id",
+//	           "type", "created_at", "attempts", "failures", "holder",
+//	           "last_failed_at", "last_error", "dead_lettered_at", "payload"}
+//	presence  {"session", "participant", "field", "value", "seen", "at",
+//	           "expires_at"}
+//	workers   {"id", "host", "pid", "started_at", "heartbeat_at",
+//	           "expires_at", "consumers", "concurrency", "in_flight", "held"
+//	           (heads held), "heads": [{"session", "consumer", "lane",
+//	           "index"}] (up to 100)}
+//	ready     {"shard", "session", "state" ("due", "held"), "at"};
+//	          with --stats {"shard", "due", "held", "oldest", "next"}
+//	redrive --all
+//	          one redrive object (below) per head acted on
+//
+// One object:
 //
 //	info      {"prefix", "layout" (null: no data), "layout_supported",
 //	           "key_locking" ("yes", "no", "unknown"), "key_locking_detail",
 //	           "mode" ("standalone", "cluster"),
 //	           "nodes": [{"addr", "server", "version", "role", "error"}]}
-//	sessions  {"prefix", "sessions": [{"session", "head", "clear_index",
-//	           "runnable", "dead_lettered"}], "count", "limited"}
-//	log, tail {"session", "head", "clear_index", "events": [{"index", "id",
-//	           "type", "created_at", "cause" (null or {"consumer", "lane",
-//	           "index", "attempt"}), "payload"}]}
-//	cursors   {"session", "head", "clear_index", "cursors": [{"consumer",
-//	           "kind" ("event", "lane", "log"), "lane", "position", "head"
-//	           (0: none), "lag", "state", "attempts", "failures", "holder",
-//	           "first_claimed_at", "last_claimed_at", "claim_expires_at",
-//	           "last_failed_at", "last_error", "dead_lettered",
-//	           "dead_lettered_at"}]}
-//	dead      {"session", "dead_letters": [{"consumer", "kind", "lane",
-//	           "index", "event_id", "type", "created_at", "attempts",
-//	           "failures", "holder", "last_failed_at", "last_error",
-//	           "dead_lettered_at", "payload"}]}
 //	redrive   {"session", "consumer", "lane", "index", "action" ("retry",
 //	           "skip"), "redriven", "has_pending"}
-//	presence  {"session", "presence": [{"participant", "field", "value",
-//	           "seen", "at", "expires_at"}]}
 //
 // A cursor's state is one of idle (no head: caught up), ready (waiting for a
 // worker), claimed (a worker holds an unexpired claim), lapsed (the claim
@@ -109,7 +130,18 @@
 // the events appended since its head (session head - head + 1), 0 for a
 // cursor with no head (caught up) whatever its kind. cursors are sorted by
 // consumer, lane (event cursors last) and head; dead letters by index, then
-// consumer; sessions by id.
+// consumer; sessions and workers by id; ready sessions by shard, then
+// time.
+//
+// # Workers
+//
+// Every running worker.Worker registers itself under the prefix (a record
+// with an expiry, rewritten every HeartbeatTTL/3, default TTL 15 s) and
+// removes it when it stops; workers lists the live ones from the
+// registry's listing (no SCAN). A worker that died without stopping
+// disappears once its TTL passes. HEARTBEAT is the age of its last
+// heartbeat; HELD counts the heads it holds and HEADS names the first few
+// (JSON: up to 100).
 //
 // # Exit codes
 //
@@ -126,8 +158,11 @@
 //	a2redis-inspect --url rediss://:secret@redis.internal:6380 info
 //	a2redis-inspect sessions --match 'order-*' --limit 50
 //	a2redis-inspect cursors order-42
-//	a2redis-inspect dead order-42 --json | jq -r '.dead_letters[].last_error'
+//	a2redis-inspect dead order-42 --json | jq -r .last_error
 //	a2redis-inspect log order-42 --after 1000 --type payment.failed --raw
 //	a2redis-inspect tail -f order-42
 //	a2redis-inspect redrive order-42 mailer 17 --retry
+//	a2redis-inspect redrive order-42 --all --consumer mailer --retry --yes
+//	a2redis-inspect workers
+//	a2redis-inspect ready --stats
 package main

@@ -52,12 +52,13 @@ func TestRunReadsTheEnvironment(t *testing.T) {
 	t.Setenv(inspect.EnvPrefix, prefix)
 	var out, errOut bytes.Buffer
 	require.Equal(t, inspect.ExitOK, run(t.Context(), []string{"log", "s", "--json"}, strings.NewReader(""), &out, &errOut), errOut.String())
-	var doc struct {
-		Events []struct{ Type string } `json:"events"`
+	// NDJSON: the one event on one line.
+	var event struct {
+		Type string `json:"type"`
 	}
-	require.NoError(t, json.Unmarshal(out.Bytes(), &doc))
-	require.Len(t, doc.Events, 1)
-	assert.Equal(t, "hello", doc.Events[0].Type)
+	require.Equal(t, 1, strings.Count(out.String(), "\n"), out.String())
+	require.NoError(t, json.Unmarshal(out.Bytes(), &event))
+	assert.Equal(t, "hello", event.Type)
 }
 
 // TestInterruptEndsFollow builds the binary and sends it SIGINT while it

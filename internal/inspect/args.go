@@ -134,9 +134,11 @@ Global flags (accepted before or after the command):
                    Default: $A2REDIS_URL, else redis://127.0.0.1:6379
   --prefix P       the store's key prefix. Default: $A2REDIS_PREFIX, else a2
   --timeout D      bound on every Redis call (Go duration). Default 10s
-  --json           print one JSON document (snake_case fields; times RFC 3339
-                   UTC, null when unset) instead of a table. tail -f prints
-                   JSON Lines: one event object per line.
+  --json           print JSON instead of a table (snake_case fields; times
+                   RFC 3339 UTC, null when unset): list commands print one
+                   object per line (NDJSON: sessions, log, tail, cursors,
+                   dead, presence, workers, ready, redrive --all); info
+                   and redrive print one object.
 
 Every command but redrive only reads. Session commands first check the
 prefix's layout with a GET of <prefix>:schema and never create it.
@@ -150,9 +152,12 @@ Exit codes:
 Examples:
   a2redis-inspect --url redis://:secret@10.0.0.5:6379 sessions --match 'order-*'
   a2redis-inspect cursors order-42          # is my consumer stuck? (LAG, STATE)
-  a2redis-inspect dead order-42 --json | jq '.dead_letters[].last_error'
+  a2redis-inspect dead order-42 --json | jq -r .last_error
   a2redis-inspect tail -f order-42
   a2redis-inspect redrive order-42 mailer 17 --retry
+  a2redis-inspect redrive order-42 --all --consumer mailer --retry
+  a2redis-inspect workers                   # which workers are alive, what they hold
+  a2redis-inspect ready --stats             # work waiting per ready-index shard
 `
 
 // writeUsage prints the overall usage: every command with a one-line
@@ -164,7 +169,7 @@ func writeUsage(w io.Writer) {
 	lefts := make([]string, len(cmds))
 	width := len("help [COMMAND]")
 	for i, c := range cmds {
-		lefts[i] = strings.Join(append([]string{c.name}, c.args...), " ")
+		lefts[i] = strings.TrimSpace(c.name + " " + argsText(c))
 		width = max(width, len(lefts[i]))
 	}
 	for i, c := range cmds {
@@ -178,7 +183,7 @@ func writeUsage(w io.Writer) {
 func synopsis(cmd command) string {
 	s := name + " " + cmd.name + " [flags]"
 	if len(cmd.args) > 0 {
-		s += " " + strings.Join(cmd.args, " ")
+		s += " " + argsText(cmd)
 	}
 	return s
 }

@@ -168,10 +168,16 @@ func (a *app) prepare(ctx context.Context, need need, args []string) error {
 	default:
 		return &a2redis.LayoutError{Prefix: a.opts.prefix, Found: found, Want: keys.Layout}
 	}
-	// The schema key holds our layout, so New's SET NX writes nothing.
+	// The schema key holds our layout, so New's SET NX writes nothing; the
+	// ready index's shard count is the one the prefix recorded (New's SET
+	// NX of it then writes nothing either).
+	shards, err := a.readyShards(ctx)
+	if err != nil {
+		return err
+	}
 	cctx, cancel := a.call(ctx)
 	defer cancel()
-	store, err := redisstore.New(cctx, a.client, redisstore.Config{Prefix: a.opts.prefix, Clock: a.env.Now})
+	store, err := redisstore.New(cctx, a.client, redisstore.Config{Prefix: a.opts.prefix, Clock: a.env.Now, ReadyShards: shards})
 	if err != nil {
 		return err
 	}
@@ -180,6 +186,19 @@ func (a *app) prepare(ctx context.Context, need need, args []string) error {
 		return nil
 	}
 	return a.requireSession(ctx, args[0])
+}
+
+// readyShards returns the ready index's shard count recorded under the
+// prefix, 0 (the default) when none is.
+func (a *app) readyShards(ctx context.Context) (int, error) {
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	c := a.client
+	n, err := c.Do(cctx, c.B().Get().Key(keys.ReadyShards(a.opts.prefix)).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	return int(n), err
 }
 
 // layout returns the layout recorded under the prefix, "" when none.

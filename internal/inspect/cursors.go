@@ -44,10 +44,10 @@ STATE: idle (no head: caught up), ready (waiting for a worker), claimed (a
 worker holds it), lapsed (the claim expired unreported: the next claim
 takes it over), retry-wait (failed, held back until CLAIM_EXPIRES), dead
 (dead-lettered: stuck until 'redrive').
-JSON: {"session","head","clear_index","cursors":[{"consumer","kind","lane",
-"position","head","lag","state","attempts","failures","holder",
-"first_claimed_at","last_claimed_at","claim_expires_at","last_failed_at",
-"last_error","dead_lettered","dead_lettered_at"}]}; head is 0 when none.`,
+JSON: {"session","consumer","kind","lane","position","head","lag","state",
+"attempts","failures","holder","first_claimed_at","last_claimed_at",
+"claim_expires_at","last_failed_at","last_error","dead_lettered",
+"dead_lettered_at"}, one cursor per line (NDJSON); head is 0 when none.`,
 		need: needSession,
 		setup: func(fs *flag.FlagSet) runner {
 			return runner{run: func(ctx context.Context, a *app, args []string) error { return a.cursors(ctx, args[0]) }}
@@ -57,6 +57,7 @@ JSON: {"session","head","clear_index","cursors":[{"consumer","kind","lane",
 
 // cursorJSON is one cursor in JSON output.
 type cursorJSON struct {
+	Session        string   `json:"session"`
 	Consumer       string   `json:"consumer"`
 	Kind           string   `json:"kind"`
 	Lane           string   `json:"lane"`
@@ -74,13 +75,6 @@ type cursorJSON struct {
 	LastError      string   `json:"last_error"`
 	DeadLettered   bool     `json:"dead_lettered"`
 	DeadLetteredAt jsonTime `json:"dead_lettered_at"`
-}
-
-type cursorsJSON struct {
-	Session    string       `json:"session"`
-	Head       int64        `json:"head"`
-	ClearIndex int64        `json:"clear_index"`
-	Cursors    []cursorJSON `json:"cursors"`
 }
 
 // cursorState judges a cursor at now.
@@ -211,10 +205,10 @@ func (a *app) cursors(ctx context.Context, session string) error {
 		return err
 	}
 	now := a.env.Now()
-	out := cursorsJSON{Session: session, Head: b.Head, ClearIndex: b.ClearIndex, Cursors: make([]cursorJSON, 0, len(cursors))}
+	rows := make([]cursorJSON, 0, len(cursors))
 	for _, c := range cursors {
-		out.Cursors = append(out.Cursors, cursorJSON{
-			Consumer: c.Consumer, Kind: string(c.Kind), Lane: c.Lane,
+		rows = append(rows, cursorJSON{
+			Session: session, Consumer: c.Consumer, Kind: string(c.Kind), Lane: c.Lane,
 			Position: c.Position, Head: c.Head, Lag: lag(c, b.Head), State: cursorState(c, now),
 			Attempts: c.Attempts, Failures: c.Failures, Holder: c.Holder,
 			FirstClaimedAt: jsonTime(c.FirstClaimedAt), LastClaimedAt: jsonTime(c.LastClaimedAt),
@@ -223,12 +217,17 @@ func (a *app) cursors(ctx context.Context, session string) error {
 		})
 	}
 	if a.opts.json {
-		return writeJSON(a.out, out)
+		for _, r := range rows {
+			if err := writeLine(a.out, r); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	t := newTable(a.out, fmt.Sprintf("no cursors in session %q (head %d)", session, b.Head),
 		"CONSUMER", "KIND", "LANE", "POSITION", "HEAD", "LAG", "STATE", "ATTEMPTS", "FAILURES", "HOLDER", "CLAIM_EXPIRES", "DEAD_LETTERED", "LAST_ERROR")
 	dead := 0
-	for _, c := range out.Cursors {
+	for _, c := range rows {
 		head := "-"
 		if c.Head > 0 {
 			head = itoa(c.Head)
@@ -257,9 +256,9 @@ func deadCommand() command {
 FAILURES, DEAD_LETTERED (when), LAST_ERROR (full text). Sorted by index,
 then consumer; read in small pages, each its own call.
 Act on one with 'redrive SESSION CONSUMER INDEX --retry|--skip'.
-JSON: {"session","dead_letters":[{"consumer","kind","lane","index",
-"event_id","type","created_at","attempts","failures","holder",
-"last_failed_at","last_error","dead_lettered_at","payload"}]}.`,
+JSON: {"session","consumer","kind","lane","index","event_id","type",
+"created_at","attempts","failures","holder","last_failed_at","last_error",
+"dead_lettered_at","payload"}, one dead letter per line (NDJSON).`,
 		need: needSession,
 		setup: func(fs *flag.FlagSet) runner {
 			return runner{run: func(ctx context.Context, a *app, args []string) error { return a.dead(ctx, args[0]) }}
@@ -269,6 +268,7 @@ JSON: {"session","dead_letters":[{"consumer","kind","lane","index",
 
 // deadJSON is one dead-lettered head in JSON output.
 type deadJSON struct {
+	Session        string          `json:"session"`
 	Consumer       string          `json:"consumer"`
 	Kind           string          `json:"kind"`
 	Lane           string          `json:"lane"`
@@ -285,14 +285,9 @@ type deadJSON struct {
 	Payload        json.RawMessage `json:"payload"`
 }
 
-type deadListJSON struct {
-	Session     string     `json:"session"`
-	DeadLetters []deadJSON `json:"dead_letters"`
-}
-
 func toDeadJSON(h a2redis.HeadEvent) deadJSON {
 	return deadJSON{
-		Consumer: h.Consumer, Kind: string(h.Kind), Lane: h.Lane, Index: h.Index,
+		Session: h.Session, Consumer: h.Consumer, Kind: string(h.Kind), Lane: h.Lane, Index: h.Index,
 		EventID: h.ID, Type: h.Type, CreatedAt: jsonTime(h.CreatedAt),
 		Attempts: h.Attempts, Failures: h.Failures, Holder: h.Holder,
 		LastFailedAt: jsonTime(h.LastFailedAt), LastError: h.LastError,
@@ -330,11 +325,14 @@ func (a *app) dead(ctx context.Context, session string) error {
 		return err
 	}
 	if a.opts.json {
-		out := deadListJSON{Session: session, DeadLetters: make([]deadJSON, 0, len(heads))}
 		for _, h := range heads {
-			out.DeadLetters = append(out.DeadLetters, toDeadJSON(h))
+			d := toDeadJSON(h)
+			d.Session = session
+			if err := writeLine(a.out, d); err != nil {
+				return err
+			}
 		}
-		return writeJSON(a.out, out)
+		return nil
 	}
 	t := newTable(a.out, fmt.Sprintf("no dead-lettered heads in session %q", session),
 		"CONSUMER", "KIND", "LANE", "INDEX", "TYPE", "ATTEMPTS", "FAILURES", "DEAD_LETTERED", "LAST_ERROR")

@@ -114,7 +114,7 @@ func TestMissingPrefixIsNotCreated(t *testing.T) {
 	assert.Equal(t, "(no a2redis data under prefix \""+prefix+"\" (key "+keys.Schema(prefix)+" does not exist): check --prefix or A2REDIS_PREFIX)\n", r.stderr)
 	var sessions sessionsDoc
 	parseJSON(t, c.run(t, "", "sessions", "--json").ok(t), &sessions)
-	assert.Equal(t, sessionsDoc{Prefix: prefix, Sessions: []sessionJSON{}}, sessions)
+	assert.Empty(t, sessions.Sessions, "no sessions: no lines")
 
 	var cursor uint64
 	for {
@@ -172,7 +172,7 @@ func TestUsage(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		out := c.runRaw(t, t.Context(), "", args...).ok(t)
 		for _, cmd := range commands() {
-			assert.Contains(t, out, "\n  "+strings.Join(append([]string{cmd.name}, cmd.args...), " ")+"  ", "%v lists %s", args, cmd.name)
+			assert.Contains(t, out, "\n  "+strings.TrimSpace(cmd.name+" "+argsText(cmd))+"  ", "%v lists %s", args, cmd.name)
 			assert.Contains(t, out, cmd.summary)
 		}
 		assert.Contains(t, out, "Exit codes:")

@@ -121,11 +121,15 @@ type runner struct {
 
 // command is one subcommand.
 type command struct {
-	name    string
-	args    []string // positional argument names
-	summary string
-	details string
-	need    need
+	name string
+	args []string // positional argument names
+	// optional is how many of the trailing args may be left out.
+	optional int
+	// argsText, when set, is how usage shows the arguments.
+	argsText string
+	summary  string
+	details  string
+	need     need
 	// setup registers the command's flags and returns its runner.
 	setup func(fs *flag.FlagSet) runner
 }
@@ -141,6 +145,8 @@ func commands() []command {
 		deadCommand(),
 		redriveCommand(),
 		presenceCommand(),
+		workersCommand(),
+		readyCommand(),
 	}
 }
 
@@ -226,8 +232,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 		}
 		return a.commandUsage(cmd, err.Error())
 	}
-	if len(positional) != len(cmd.args) {
-		return a.commandUsage(cmd, fmt.Sprintf("%s takes %d argument(s) (%s), got %d", cmd.name, len(cmd.args), strings.Join(cmd.args, " "), len(positional)))
+	if n := len(positional); n > len(cmd.args) || n < len(cmd.args)-cmd.optional {
+		return a.commandUsage(cmd, fmt.Sprintf("%s takes %s argument(s) (%s), got %d", cmd.name, argCount(cmd), argsText(cmd), len(positional)))
 	}
 	for i, arg := range positional {
 		if arg == "" {
@@ -345,4 +351,25 @@ func commandNames() []string {
 		names = append(names, c.name)
 	}
 	return names
+}
+
+// argsText names a command's positional arguments, the optional ones in
+// brackets.
+func argsText(cmd command) string {
+	if cmd.argsText != "" {
+		return cmd.argsText
+	}
+	req := cmd.args[:len(cmd.args)-cmd.optional]
+	text := strings.Join(req, " ")
+	if cmd.optional > 0 {
+		text = strings.TrimSpace(text + " [" + strings.Join(cmd.args[len(req):], " ") + "]")
+	}
+	return text
+}
+
+func argCount(cmd command) string {
+	if cmd.optional == 0 {
+		return fmt.Sprint(len(cmd.args))
+	}
+	return fmt.Sprintf("%d or %d", len(cmd.args)-cmd.optional, len(cmd.args))
 }

@@ -26,8 +26,8 @@ CAUSE names the consumer attempt that produced the event as
 consumer@index#attempt (event cursor) or consumer/lane@index#attempt (lane
 or log cursor), "-" when none. PAYLOAD is compact JSON cut at 120
 characters; --raw prints it exactly as stored, uncut.
-JSON: {"session","head","clear_index","events":[{"index","id","type",
-"created_at","cause":{"consumer","lane","index","attempt"}|null,"payload"}]}.`
+JSON: {"index","id","type","created_at","cause":{"consumer","lane","index",
+"attempt"}|null,"payload"}, one event per line (NDJSON).`
 
 func logCommand() command {
 	return command{
@@ -107,30 +107,17 @@ func payloadText(payload []byte, raw bool) string {
 	return truncate(string(rawJSON(payload)), payloadWidth)
 }
 
-// sessionHeadJSON opens the JSON document of log and tail.
-type sessionHeadJSON struct {
-	Session    string `json:"session"`
-	Head       int64  `json:"head"`
-	ClearIndex int64  `json:"clear_index"`
-}
-
-// eventPrinter prints events as a table, a streamed JSON document, or JSON
-// Lines (tail -f), flushing stdout page by page.
+// eventPrinter prints events as a table or as JSON Lines (one event per
+// line), flushing stdout page by page.
 type eventPrinter struct {
-	a      *app
-	raw    bool
-	table  *table
-	stream *jsonStream
-	lines  bool
+	a     *app
+	raw   bool
+	table *table
 }
 
-func (a *app) newEventPrinter(session string, b redisstore.Bounds, raw, lines, filtered bool) *eventPrinter {
-	p := &eventPrinter{a: a, raw: raw, lines: lines}
-	switch {
-	case a.opts.json && lines:
-	case a.opts.json:
-		p.stream = startJSONStream(a.out, sessionHeadJSON{Session: session, Head: b.Head, ClearIndex: b.ClearIndex}, "events")
-	default:
+func (a *app) newEventPrinter(session string, raw, filtered bool) *eventPrinter {
+	p := &eventPrinter{a: a, raw: raw}
+	if !a.opts.json {
 		empty := fmt.Sprintf("no events in session %q", session)
 		if filtered {
 			empty = fmt.Sprintf("no events in session %q match", session)
@@ -143,8 +130,6 @@ func (a *app) newEventPrinter(session string, b redisstore.Bounds, raw, lines, f
 func (p *eventPrinter) add(events []a2redis.StoredEvent) error {
 	for _, e := range events {
 		switch {
-		case p.stream != nil:
-			p.stream.item(toEventJSON(e))
 		case p.table != nil:
 			p.table.row(itoa(e.Index), e.ID, e.Type, formatTime(e.CreatedAt), causeText(e.Cause), payloadText(e.Payload, p.raw))
 		default:
@@ -166,19 +151,11 @@ func (p *eventPrinter) flush() error {
 			return err
 		}
 	}
-	if p.stream != nil && p.stream.err != nil {
-		return p.stream.err
-	}
 	return p.a.out.Flush()
 }
 
 func (p *eventPrinter) end() error {
-	switch {
-	case p.stream != nil:
-		if err := p.stream.end(nil); err != nil {
-			return err
-		}
-	case p.table != nil:
+	if p.table != nil {
 		if err := p.table.close(); err != nil {
 			return err
 		}
@@ -197,7 +174,7 @@ func (a *app) log(ctx context.Context, session string, o logOptions) error {
 	if err != nil {
 		return err
 	}
-	p := a.newEventPrinter(session, b, o.raw, false, o.after > 0 || o.through > 0 || len(o.types) > 0)
+	p := a.newEventPrinter(session, o.raw, o.after > 0 || o.through > 0 || len(o.types) > 0)
 	last := b.Head
 	if o.through > 0 && o.through < last {
 		last = o.through
@@ -274,8 +251,8 @@ then follows the session live (pub/sub wake-ups, catching up by reading
 when one is missed) until interrupted with Ctrl-C, which exits 0; while it
 follows, it keeps the session's 'followed' mark set (a key with an expiry:
 appends publish wake-ups only while a reader follows). Events that arrive
-live carry no CAUSE (wake-ups do not carry it; 'log' shows it).
-With --json and -f, every event is printed as one JSON object per line.
+live show their CAUSE as 'log' does: wake-ups do not carry it, so each live
+batch is read back (one XRANGE).
 ` + eventDetails,
 		need: needSession,
 		setup: func(fs *flag.FlagSet) runner {
@@ -309,7 +286,7 @@ func (a *app) tail(ctx context.Context, session string, o tailOptions) error {
 	if err != nil {
 		return err
 	}
-	p := a.newEventPrinter(session, b, o.raw, o.follow, false)
+	p := a.newEventPrinter(session, o.raw, false)
 	pos := b.Head
 	switch {
 	case o.n == 0:
@@ -335,7 +312,13 @@ func (a *app) tail(ctx context.Context, session string, o tailOptions) error {
 		return p.end()
 	}
 	feed := notify.NewFeed(a.client, timedSource{a: a}, notify.FeedOptions{Prefix: a.opts.prefix, Sharded: o.sharded})
-	err = feed.Follow(ctx, session, pos, func(u notify.Update) error { return p.add(u.Events) })
+	err = feed.Follow(ctx, session, pos, func(u notify.Update) error {
+		events, err := a.withCauses(ctx, session, u)
+		if err != nil {
+			return err
+		}
+		return p.add(events)
+	})
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// Ctrl-C is how a follow ends.
 		if err := p.end(); err != nil {
@@ -344,6 +327,35 @@ func (a *app) tail(ctx context.Context, session string, o tailOptions) error {
 		return nil
 	}
 	return err
+}
+
+// withCauses returns an update's events with their causes: wake-ups carry
+// events without them, so a carried batch is read back (one XRANGE, the
+// events are immutable); a catch-up read has them already. Should the read
+// not give the same events (a clear and reclaim in between), the carried
+// ones are shown as they are.
+func (a *app) withCauses(ctx context.Context, session string, u notify.Update) ([]a2redis.StoredEvent, error) {
+	if u.CaughtUp || len(u.Events) == 0 || !slices.ContainsFunc(u.Events, func(e a2redis.StoredEvent) bool { return e.Cause == nil }) {
+		return u.Events, nil
+	}
+	first, last := u.Events[0].Index, u.Events[len(u.Events)-1].Index
+	var read []a2redis.StoredEvent
+	err := timedSource{a: a}.ReadPages(ctx, session, first-1, last, func(events []a2redis.StoredEvent) error {
+		read = append(read, events...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(read) != len(u.Events) {
+		return u.Events, nil
+	}
+	for i := range read {
+		if read[i].Index != u.Events[i].Index || read[i].ID != u.Events[i].ID {
+			return u.Events, nil
+		}
+	}
+	return read, nil
 }
 
 // timedSource is the store as a feed's source, each read bounded by

@@ -106,9 +106,22 @@ func (r result) failed(t *testing.T, code int) string {
 	return line
 }
 
-// parseJSON decodes a run's stdout, which must be exactly one document.
+// parseJSON decodes a run's stdout, which must be exactly one document, or,
+// for the docs of list commands (fromLines), NDJSON: one object per line.
 func parseJSON(t *testing.T, out string, v any) {
 	t.Helper()
+	if l, ok := v.(interface{ fromLines(*testing.T, []string) }); ok {
+		var lines []string
+		if out != "" {
+			require.True(t, strings.HasSuffix(out, "\n"), "NDJSON ends with a newline: %q", out)
+			lines = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		}
+		for _, line := range lines {
+			require.True(t, json.Valid([]byte(line)) && strings.HasPrefix(line, "{"), "one object per line: %q", line)
+		}
+		l.fromLines(t, lines)
+		return
+	}
 	dec := json.NewDecoder(strings.NewReader(out))
 	require.NoError(t, dec.Decode(v), "stdout: %s", out)
 	var extra json.RawMessage

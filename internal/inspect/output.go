@@ -71,71 +71,6 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// jsonStream writes one JSON document whose main array is streamed: the
-// head object's fields, then "<array>":[ items … ], then the tail object's
-// fields. Items are written one a line, so memory stays flat however long
-// the array is.
-type jsonStream struct {
-	w     io.Writer
-	items int
-	err   error
-}
-
-func startJSONStream(w io.Writer, head any, array string) *jsonStream {
-	s := &jsonStream{w: w}
-	b, err := marshal(head)
-	if err != nil {
-		s.err = err
-		return s
-	}
-	b = b[:len(b)-1] // drop '}'
-	if len(b) > 1 {
-		b = append(b, ',')
-	}
-	key, _ := marshal(array)
-	b = append(append(b, key...), ":["...)
-	_, s.err = s.w.Write(b)
-	return s
-}
-
-func (s *jsonStream) item(v any) {
-	if s.err != nil {
-		return
-	}
-	b, err := marshal(v)
-	if err != nil {
-		s.err = err
-		return
-	}
-	sep := ",\n"
-	if s.items == 0 {
-		sep = "\n"
-	}
-	s.items++
-	_, s.err = io.WriteString(s.w, sep+string(b))
-}
-
-func (s *jsonStream) end(tail any) error {
-	if s.err != nil {
-		return s.err
-	}
-	closing := "]}\n"
-	if s.items > 0 {
-		closing = "\n]}\n"
-	}
-	if tail != nil {
-		b, err := marshal(tail)
-		if err != nil {
-			return err
-		}
-		if len(b) > 2 {
-			closing = closing[:len(closing)-2] + "," + string(b[1:]) + "\n"
-		}
-	}
-	_, err := io.WriteString(s.w, closing)
-	return err
-}
-
 // table prints aligned columns under a header (none when header is
 // empty). Rows are buffered until flush; the first
 // flush fixes the column widths (from the header and the rows so far), so a
@@ -286,4 +221,33 @@ func plural(n int, one, many string) string {
 		return fmt.Sprintf("%d %s", n, one)
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// writeLine writes v as one compact JSON object on a line of its own (the
+// NDJSON of list commands).
+func writeLine(w io.Writer, v any) error {
+	b, err := marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// age prints how long ago t was at now, rounded to a readable unit ("-"
+// for the zero time).
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
 }

@@ -18,8 +18,8 @@ func presenceCommand() command {
 sender's clock at the write), EXPIRES (by the store's clock), VALUE
 (compact JSON, cut at 120 characters). Expired fields are not shown; the
 read prunes them, as every presence read does.
-JSON: {"session","presence":[{"participant","field","value","seen","at",
-"expires_at"}]}.`,
+JSON: {"session","participant","field","value","seen","at","expires_at"},
+one field per line (NDJSON).`,
 		need: needData,
 		setup: func(fs *flag.FlagSet) runner {
 			return runner{run: func(ctx context.Context, a *app, args []string) error { return a.presence(ctx, args[0]) }}
@@ -29,17 +29,13 @@ JSON: {"session","presence":[{"participant","field","value","seen","at",
 
 // presenceJSON is one presence field in JSON output.
 type presenceJSON struct {
+	Session     string          `json:"session"`
 	Participant string          `json:"participant"`
 	Field       string          `json:"field"`
 	Value       json.RawMessage `json:"value"`
 	Seen        int64           `json:"seen"`
 	At          jsonTime        `json:"at"`
 	ExpiresAt   jsonTime        `json:"expires_at"`
-}
-
-type presenceListJSON struct {
-	Session  string         `json:"session"`
-	Presence []presenceJSON `json:"presence"`
 }
 
 func (a *app) presence(ctx context.Context, session string) error {
@@ -50,14 +46,15 @@ func (a *app) presence(ctx context.Context, session string) error {
 		return err
 	}
 	if a.opts.json {
-		out := presenceListJSON{Session: session, Presence: make([]presenceJSON, 0, len(rows))}
 		for _, r := range rows {
-			out.Presence = append(out.Presence, presenceJSON{
-				Participant: r.Participant, Field: r.Field, Value: rawJSON(r.Value),
+			if err := writeLine(a.out, presenceJSON{
+				Session: session, Participant: r.Participant, Field: r.Field, Value: rawJSON(r.Value),
 				Seen: r.Seen, At: jsonTime(r.At), ExpiresAt: jsonTime(r.ExpiresAt),
-			})
+			}); err != nil {
+				return err
+			}
 		}
-		return writeJSON(a.out, out)
+		return nil
 	}
 	t := newTable(a.out, fmt.Sprintf("nobody is present in session %q", session), "PARTICIPANT", "FIELD", "SEEN", "AT", "EXPIRES", "VALUE")
 	for _, r := range rows {

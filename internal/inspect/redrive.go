@@ -18,9 +18,11 @@ import (
 
 func redriveCommand() command {
 	return command{
-		name:    "redrive",
-		args:    []string{"SESSION", "CONSUMER", "INDEX"},
-		summary: "retry or skip a dead-lettered head (the only command that writes)",
+		name:     "redrive",
+		args:     []string{"SESSION", "CONSUMER", "INDEX"},
+		optional: 2,
+		argsText: "SESSION CONSUMER INDEX|--all",
+		summary:  "retry or skip a dead-lettered head, or --all of them (the only command that writes)",
 		details: `Acts on the consumer's dead-lettered head at INDEX through the store's
 Redrive: --retry clears its failures and makes it runnable again, --skip
 moves the cursor past it. When the consumer has dead-lettered heads at
@@ -29,8 +31,15 @@ cursor). It first shows the head and asks for
 confirmation on the terminal ("[y/N]"; anything but y or yes declines and
 exits 1) unless --yes is given. A head that is not dead-lettered exits 1
 without asking.
+With --all (and only SESSION), every dead-lettered head of the session is
+redriven, or only those of --consumer C and/or --lane L: the dead letters
+are counted page by page, the count is confirmed (unless --yes), then each
+head is redriven with its own Redrive call, page by page (heads
+dead-lettered after the count are left alone). A table of what was done
+streams out, then a summary line; it exits 1 when some head was no longer
+dead-lettered (someone else acted on it).
 JSON: {"session","consumer","lane","index","action","redriven",
-"has_pending"}.`,
+"has_pending"}; with --all one such object per line.`,
 		need: needSession,
 		setup: func(fs *flag.FlagSet) runner {
 			var o redriveOptions
@@ -38,11 +47,28 @@ JSON: {"session","consumer","lane","index","action","redriven",
 			fs.BoolVar(&o.skip, "skip", false, "move the cursor past the head")
 			fs.BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
 			fs.BoolVar(&o.yes, "y", false, "short for --yes")
-			fs.Var(&o.lane, "lane", "the `LANE` of the cursor whose head it is, when the consumer has several ('' for its event cursor)")
+			fs.Var(&o.lane, "lane", "the `LANE` of the cursor whose head it is, when the consumer has several ('' for its event cursor); with --all, only that lane's")
+			fs.BoolVar(&o.all, "all", false, "redrive every dead-lettered head of SESSION (filtered by --consumer and --lane)")
+			fs.Var(&o.consumer, "consumer", "with --all, only the heads of consumer `C`")
 			return runner{
 				check: func(args []string) error {
 					if o.retry == o.skip {
 						return errors.New("redrive needs exactly one of --retry and --skip")
+					}
+					if o.all {
+						if len(args) != 1 {
+							return errors.New("redrive --all takes only SESSION (filter with --consumer and --lane)")
+						}
+						if o.consumer.set && o.consumer.value == "" {
+							return errors.New("--consumer is empty")
+						}
+						return nil
+					}
+					if len(args) != 3 {
+						return errors.New("redrive takes SESSION CONSUMER INDEX, or SESSION --all")
+					}
+					if o.consumer.set {
+						return errors.New("--consumer filters --all; name the consumer as the second argument")
 					}
 					if index, err := strconv.ParseInt(args[2], 10, 64); err != nil || index < 1 {
 						return fmt.Errorf("INDEX %q is not a positive event index", args[2])
@@ -50,11 +76,14 @@ JSON: {"session","consumer","lane","index","action","redriven",
 					return nil
 				},
 				run: func(ctx context.Context, a *app, args []string) error {
-					index, _ := strconv.ParseInt(args[2], 10, 64)
 					action := redisstore.Retry
 					if o.skip {
 						action = redisstore.Skip
 					}
+					if o.all {
+						return a.redriveAll(ctx, args[0], action, o)
+					}
+					index, _ := strconv.ParseInt(args[2], 10, 64)
 					return a.redrive(ctx, args[0], args[1], index, action, o)
 				},
 			}
@@ -63,8 +92,8 @@ JSON: {"session","consumer","lane","index","action","redriven",
 }
 
 type redriveOptions struct {
-	retry, skip, yes bool
-	lane             optionalString
+	retry, skip, yes, all bool
+	lane, consumer        optionalString
 }
 
 // optionalString is a string flag that knows whether it was given.
@@ -196,4 +225,93 @@ func isTerminal(r io.Reader) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// redriveAll redrives every dead-lettered head of the session that the
+// filters keep: a counting pass, the confirmation, then a pass that
+// redrives page by page, one Redrive call per head.
+func (a *app) redriveAll(ctx context.Context, session string, action redisstore.RedriveAction, o redriveOptions) error {
+	cutoff := a.env.Now()
+	keep := func(h a2redis.HeadEvent) bool {
+		return (!o.consumer.set || h.Consumer == o.consumer.value) && (!o.lane.set || h.Lane == o.lane.value) && !h.DeadLetteredAt.After(cutoff)
+	}
+	var filters []string
+	if o.consumer.set {
+		filters = append(filters, "consumer "+strconv.Quote(o.consumer.value))
+	}
+	if o.lane.set {
+		filters = append(filters, "lane "+strconv.Quote(o.lane.value))
+	}
+	of := ""
+	if len(filters) > 0 {
+		of = " of " + strings.Join(filters, " and ")
+	}
+	total := 0
+	if err := a.eachDeadLetterPage(ctx, session, func(page []a2redis.HeadEvent) error {
+		for _, h := range page {
+			if keep(h) {
+				total++
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if total == 0 {
+		return fmt.Errorf("no dead-lettered heads%s in session %s: list them with '%s dead %s'", of, strconv.Quote(session), name, shellQuote(session))
+	}
+	if !o.yes {
+		ok, err := a.confirm(ctx, fmt.Sprintf("Redrive (%s) %s%s in session %s?", action, plural(total, "dead-lettered head", "dead-lettered heads"), of, strconv.Quote(session)))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errDeclined
+		}
+	}
+	t := newTable(a.out, "", "CONSUMER", "KIND", "LANE", "INDEX", "TYPE", "FAILURES", "REDRIVEN", "LAST_ERROR")
+	done, missed := 0, 0
+	err := a.eachDeadLetterPage(ctx, session, func(page []a2redis.HeadEvent) error {
+		for _, h := range page {
+			if !keep(h) {
+				continue
+			}
+			cctx, cancel := a.call(ctx)
+			res, err := a.store.Redrive(cctx, redisstore.RedriveRequest{Session: session, Consumer: h.Consumer, Lane: h.Lane, Index: h.Index, Action: action})
+			cancel()
+			if err != nil {
+				return err
+			}
+			if res.Redriven {
+				done++
+			} else {
+				missed++
+			}
+			if a.opts.json {
+				if err := writeLine(a.out, redriveJSON{Session: session, Consumer: h.Consumer, Lane: h.Lane, Index: h.Index, Action: string(action), Redriven: res.Redriven, HasPending: res.HasPending}); err != nil {
+					return err
+				}
+				continue
+			}
+			t.row(h.Consumer, string(h.Kind), h.Lane, itoa(h.Index), h.Type, itoa(h.Failures), yesNo(res.Redriven), truncate(h.LastError, errorWidth))
+		}
+		return a.flushRows(t)
+	})
+	if err := t.close(); err != nil {
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if !a.opts.json {
+		verb := "made runnable again"
+		if action == redisstore.Skip {
+			verb = "skipped"
+		}
+		fmt.Fprintf(a.out, "redriven: %s%s in session %s %s\n", plural(done, "dead-lettered head", "dead-lettered heads"), of, strconv.Quote(session), verb)
+	}
+	if missed > 0 {
+		return fmt.Errorf("%s no longer dead-lettered (someone else acted on them?)", plural(missed, "head was", "heads were"))
+	}
+	return nil
 }

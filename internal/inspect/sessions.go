@@ -33,9 +33,9 @@ exit code 0, as info reports "layout none" with exit code 0; a prefix
 holding another key layout exits 1.
 --match takes a Redis glob (* ? [abc] [^a] [a-z] \x) matched against the
 whole session id.
-JSON: {"prefix","sessions":[{"session","head","clear_index","runnable",
-"dead_lettered"}],"count","limited"}; limited is true when --limit stopped
-the scan (more sessions may exist).`,
+JSON: {"session","head","clear_index","runnable","dead_lettered"}, one
+object per line (NDJSON; nothing for no sessions). When --limit stopped the
+scan (more sessions may exist), stderr says so, in JSON mode too.`,
 		need: needClient, // the layout is checked by sessions itself
 		setup: func(fs *flag.FlagSet) runner {
 			var o sessionsOptions
@@ -71,15 +71,6 @@ type sessionJSON struct {
 	DeadLettered int64  `json:"dead_lettered"`
 }
 
-type sessionsHeadJSON struct {
-	Prefix string `json:"prefix"`
-}
-
-type sessionsTailJSON struct {
-	Count   int  `json:"count"`
-	Limited bool `json:"limited"`
-}
-
 var errEnough = errors.New("enough")
 
 func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
@@ -106,10 +97,7 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 	}
 	sort.Strings(ids)
 
-	var (
-		tbl    *table
-		stream *jsonStream
-	)
+	var tbl *table
 	layout, err := a.layout(ctx)
 	if err != nil {
 		return err
@@ -119,8 +107,7 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 		// Nothing under the prefix: no sessions, which is an answer, not
 		// an error (info says "layout none" the same way).
 		if a.opts.json {
-			stream = startJSONStream(a.out, sessionsHeadJSON{Prefix: a.opts.prefix}, "sessions")
-			return stream.end(sessionsTailJSON{})
+			return nil
 		}
 		if _, err := fmt.Fprintf(a.out, "no sessions under prefix %q\n", a.opts.prefix); err != nil {
 			return err
@@ -131,9 +118,7 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 	default:
 		return &a2redis.LayoutError{Prefix: a.opts.prefix, Found: layout, Want: keys.Layout}
 	}
-	if a.opts.json {
-		stream = startJSONStream(a.out, sessionsHeadJSON{Prefix: a.opts.prefix}, "sessions")
-	} else {
+	if !a.opts.json {
 		empty := fmt.Sprintf("no sessions under prefix %q", a.opts.prefix)
 		if o.match != "" {
 			empty = fmt.Sprintf("no sessions matching %q under prefix %q", o.match, a.opts.prefix)
@@ -148,29 +133,27 @@ func (a *app) sessions(ctx context.Context, o sessionsOptions) error {
 			return err
 		}
 		for _, r := range rows {
-			if stream != nil {
-				stream.item(r)
+			if tbl == nil {
+				if err := writeLine(a.out, r); err != nil {
+					return err
+				}
 			} else {
 				tbl.row(r.Session, itoa(r.Head), itoa(r.ClearIndex), itoa(r.Runnable), itoa(r.DeadLettered))
 			}
 		}
-		if stream != nil {
-			if stream.err != nil {
-				return stream.err
-			}
+		if tbl == nil {
 			if err := a.out.Flush(); err != nil {
 				return err
 			}
 		}
 	}
-	if stream != nil {
-		return stream.end(sessionsTailJSON{Count: len(ids), Limited: limited})
-	}
-	if err := tbl.close(); err != nil {
-		return err
+	if tbl != nil {
+		if err := tbl.close(); err != nil {
+			return err
+		}
 	}
 	if limited {
-		a.hint("(stopped at --limit %d)", o.limit)
+		fmt.Fprintf(a.env.Stderr, "(stopped at --limit %d: more sessions may exist)\n", o.limit)
 	}
 	return nil
 }

@@ -100,3 +100,50 @@ func TestTailFollowJSONLines(t *testing.T) {
 	}
 	assert.Equal(t, []string{"old", "live", a2redis.ClearEventType}, types)
 }
+
+// tail -f shows the cause of an event appended live, as log does, in the
+// table and in JSON Lines.
+func TestTailFollowShowsCauses(t *testing.T) {
+	t.Parallel()
+	eachTarget(t, func(t *testing.T, e *env) {
+		_, err := e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "order", Targets: []a2redis.Target{{Consumer: "mailer"}, {Consumer: "biller", Lane: "acct"}}}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		table, stopTable := follow(t, e, "s")
+		lines, stopLines := follow(t, e, "s", "--json")
+		for _, out := range []*syncBuffer{table, lines} {
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), "order") }, 10*time.Second, 10*time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // let the subscriptions settle
+		claim, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, claim.Heads, 2)
+		for _, h := range claim.Heads {
+			_, err := e.store.CompleteAttempt(e.ctx, redisstore.CompleteRequest{Session: "s", Head: h.Ref(), Attempt: h.Attempts,
+				Events: []a2redis.Event{{Type: h.Consumer + ".done"}}})
+			require.NoError(t, err)
+		}
+		for _, out := range []*syncBuffer{table, lines} {
+			require.Eventually(t, func() bool { return strings.Count(out.String(), ".done") == 2 }, 10*time.Second, 10*time.Millisecond)
+		}
+		require.Equal(t, ExitOK, stopTable())
+		require.Equal(t, ExitOK, stopLines())
+
+		causes := map[string]string{}
+		// (Live rows wider than the first page's columns shift them: split
+		// on blanks; no cell here holds one.)
+		for _, line := range strings.Split(strings.TrimSpace(table.String()), "\n")[1:] {
+			f := strings.Fields(line)
+			require.Len(t, f, 6, line)
+			causes[f[2]] = f[4]
+		}
+		assert.Equal(t, map[string]string{"order": "-", "mailer.done": "mailer@1#1", "biller.done": "biller/acct@1#1"}, causes)
+		var docs []eventDoc
+		parseLines(t, lines.String(), &docs)
+		require.Len(t, docs, 3)
+		for _, d := range docs[1:] {
+			require.NotNil(t, d.Cause, d.Type)
+			assert.Equal(t, strings.TrimSuffix(d.Type, ".done"), d.Cause.Consumer)
+			assert.Equal(t, int64(1), d.Cause.Index)
+		}
+	})
+}
