@@ -19,9 +19,9 @@
 // failures and releases, CLIENT); the destination is the template
 // "session/{id}" (messaging.destination.name and .template), never the
 // session id itself, which spans carry as a2redis.session and metrics not
-// at all. A traced append stores its span's context (a W3C traceparent)
-// with its events (a2redis.StoredEvent.Trace); a handler's span is linked
-// to it, not its child.
+// at all. With Config.StoreTraceContext, a traced append stores its span's
+// context (a W3C traceparent) with its events (a2redis.StoredEvent.Trace),
+// and a handler's span is linked to it, not its child.
 package a2otel
 
 import (
@@ -93,6 +93,12 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider makes the meter. Default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
+	// StoreTraceContext stores the append span's context with the events
+	// an append writes (a2redis.StoredEvent.Trace), so that handler spans
+	// link to it. Off by default: a traced append takes the store's
+	// general append script instead of its single-event and coalescing
+	// fast paths (see docs/observability.md for the cost).
+	StoreTraceContext bool
 }
 
 // Instrumentation is the OpenTelemetry instrumentation of a store and its
@@ -102,6 +108,7 @@ type Instrumentation struct {
 	tracer trace.Tracer
 	meter  metric.Meter
 	prop   propagation.TraceContext
+	store  bool
 
 	opDuration   metric.Float64Histogram
 	sent         metric.Int64Counter
@@ -130,7 +137,7 @@ func New(cfg Config) (*Instrumentation, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	i := &Instrumentation{tracer: tp.Tracer(ScopeName), meter: mp.Meter(ScopeName)}
+	i := &Instrumentation{tracer: tp.Tracer(ScopeName), meter: mp.Meter(ScopeName), store: cfg.StoreTraceContext}
 	m := i.meter
 	var errs []error
 	hist := func(name, desc, unit string) metric.Float64Histogram {
@@ -283,10 +290,11 @@ func (i *Instrumentation) Begin(ctx context.Context, op redisstore.Operation) (c
 }
 
 // TraceContext is the W3C traceparent of the span in ctx, which Append
-// stores with its events (redisstore.Observer); "" when ctx has no valid
-// span (no tracing, or a no-op provider).
+// stores with its events (redisstore.Observer); "" unless
+// Config.StoreTraceContext is set and ctx has a valid span (not with a
+// no-op provider and no incoming context).
 func (i *Instrumentation) TraceContext(ctx context.Context) string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	if !i.store || !trace.SpanContextFromContext(ctx).IsValid() {
 		return ""
 	}
 	carrier := propagation.MapCarrier{}

@@ -38,12 +38,12 @@ type side struct {
 	inst   *a2otel.Instrumentation
 }
 
-func newSide(t *testing.T) *side {
+func newSide(t *testing.T, store bool) *side {
 	s := &side{spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader()}
 	s.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(s.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.reader))
 	t.Cleanup(func() { _ = s.tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
-	inst, err := a2otel.New(a2otel.Config{TracerProvider: s.tp, MeterProvider: mp})
+	inst, err := a2otel.New(a2otel.Config{TracerProvider: s.tp, MeterProvider: mp, StoreTraceContext: store})
 	require.NoError(t, err)
 	s.inst = inst
 	return s
@@ -131,7 +131,7 @@ func TestSpansLinksAndMetrics(t *testing.T) {
 			defer cancel()
 			client := tg.Client(t)
 			prefix := redistest.Prefix(t)
-			producer, consumer := newSide(t), newSide(t)
+			producer, consumer := newSide(t, true), newSide(t, false)
 			pstore, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, Consumers: consumers, Observer: producer.inst})
 			require.NoError(t, err)
 			wstore, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, Consumers: consumers, Observer: consumer.inst})
@@ -290,22 +290,27 @@ func TestSpansLinksAndMetrics(t *testing.T) {
 	}
 }
 
-// With a no-op tracer, nothing is stored with the events.
+// Nothing is stored with the events with a no-op tracer, or with the SDK
+// unless StoreTraceContext is set (the append span is still recorded).
 func TestUntracedAppendStoresNoContext(t *testing.T) {
 	for _, tg := range redistest.Targets {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			inst, err := a2otel.New(a2otel.Config{TracerProvider: noop.NewTracerProvider()})
+			noopInst, err := a2otel.New(a2otel.Config{TracerProvider: noop.NewTracerProvider(), StoreTraceContext: true})
 			require.NoError(t, err)
-			store, err := redisstore.New(ctx, tg.Client(t), redisstore.Config{Prefix: redistest.Prefix(t), Observer: inst})
-			require.NoError(t, err)
-			res, err := store.Append(ctx, "s", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{})
-			require.NoError(t, err)
-			assert.Empty(t, res.Events[0].Trace)
-			got, err := store.Read(ctx, "s", 0, 0)
-			require.NoError(t, err)
-			assert.Empty(t, got[0].Trace)
+			sdk := newSide(t, false)
+			for _, inst := range []*a2otel.Instrumentation{noopInst, sdk.inst} {
+				store, err := redisstore.New(ctx, tg.Client(t), redisstore.Config{Prefix: redistest.Prefix(t), Observer: inst})
+				require.NoError(t, err)
+				res, err := store.Append(ctx, "s", []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{})
+				require.NoError(t, err)
+				assert.Empty(t, res.Events[0].Trace)
+				got, err := store.Read(ctx, "s", 0, 0)
+				require.NoError(t, err)
+				assert.Empty(t, got[0].Trace)
+			}
+			assert.Len(t, sdk.named("append session/{id}"), 1)
 		})
 	}
 }

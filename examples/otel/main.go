@@ -73,7 +73,7 @@ func run(ctx context.Context) error {
 	spans := &spanCounter{}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer tp.Shutdown(context.Background())
-	inst, err := a2otel.New(a2otel.Config{TracerProvider: tp, MeterProvider: mp})
+	inst, err := a2otel.New(a2otel.Config{TracerProvider: tp, MeterProvider: mp, StoreTraceContext: true})
 	if err != nil {
 		return err
 	}
