@@ -20,6 +20,7 @@ import (
 	"log"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -42,7 +43,15 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	addr := os.Getenv("A2OTEL_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:9464"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := run(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatal(err)
 	}
 }
@@ -61,7 +70,9 @@ func (c *spanCounter) OnEnd(s sdktrace.ReadOnlySpan) {
 func (c *spanCounter) Shutdown(context.Context) error   { return nil }
 func (c *spanCounter) ForceFlush(context.Context) error { return nil }
 
-func run(ctx context.Context) error {
+// run serves the metrics on ln and runs the producer and the worker until
+// ctx ends.
+func run(ctx context.Context, ln net.Listener) error {
 	// The SDK: a Prometheus metric exporter and a tracer provider.
 	registry := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
@@ -103,18 +114,14 @@ func run(ctx context.Context) error {
 	}
 	defer reg.Unregister()
 
-	addr := os.Getenv("A2OTEL_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:9464"
-	}
-	srv := &http.Server{Addr: addr, Handler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{})}
+	srv := &http.Server{Handler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{})}
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Print(err)
 		}
 	}()
 	defer srv.Close()
-	fmt.Printf("metrics on http://%s/metrics\n", addr)
+	fmt.Printf("metrics on http://%s/metrics\n", ln.Addr())
 
 	w, err := worker.New(store, worker.Config{
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
