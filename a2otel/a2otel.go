@@ -5,7 +5,7 @@
 // claimed heads, and gauges over the ready index. It uses the OpenTelemetry
 // API only: the application installs the SDK and its exporters.
 //
-//	inst, err := a2otel.New(a2otel.Config{}) // the global providers
+//	inst, err := a2otel.New(a2otel.Config{StoreTraceContext: true}) // the global providers
 //	store, err := redisstore.New(ctx, client, redisstore.Config{Observer: inst})
 //	reg, err := inst.ObserveReady(store)
 //	w, err := worker.New(store, worker.Config{
@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -126,6 +127,38 @@ type Instrumentation struct {
 
 	readySessions metric.Int64ObservableGauge
 	readyAge      metric.Float64ObservableGauge
+
+	ops    map[string]opAttrs       // per store operation name
+	plain  metric.MeasurementOption // the store counters' attributes
+	groups sync.Map                 // consumer name → *groupAttrs
+}
+
+// groupAttrs are a consumer group's fixed process attributes, built once.
+type groupAttrs struct {
+	span     []attribute.KeyValue
+	set      metric.MeasurementOption
+	inFlight metric.MeasurementOption
+}
+
+func (i *Instrumentation) group(consumer string) *groupAttrs {
+	if g, ok := i.groups.Load(consumer); ok {
+		return g.(*groupAttrs)
+	}
+	attrs := append(base("process", "process"), keyConsumerGroup.String(consumer))
+	g := &groupAttrs{
+		span:     attrs,
+		set:      metric.WithAttributeSet(attribute.NewSet(attrs...)),
+		inFlight: metric.WithAttributeSet(attribute.NewSet(keySystem.String(System), keyConsumerGroup.String(consumer))),
+	}
+	v, _ := i.groups.LoadOrStore(consumer, g)
+	return v.(*groupAttrs)
+}
+
+// opAttrs are an operation's fixed attributes, built once.
+type opAttrs struct {
+	typ  string
+	span []attribute.KeyValue     // base attributes
+	set  metric.MeasurementOption // the same, as a metric attribute set
 }
 
 // New makes the instrumentation and its instruments.
@@ -171,7 +204,24 @@ func New(cfg Config) (*Instrumentation, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("a2otel: %w", err)
 	}
+	i.ops = map[string]opAttrs{}
+	for _, name := range []string{redisstore.OpAppend, redisstore.OpClaim, redisstore.OpClaimNext, redisstore.OpComplete,
+		redisstore.OpCompleteAndClaim, redisstore.OpFail, redisstore.OpRelease} {
+		typ := opType(name)
+		attrs := base(name, typ)
+		i.ops[name] = opAttrs{typ: typ, span: attrs, set: metric.WithAttributeSet(attribute.NewSet(attrs...))}
+	}
+	i.plain = metric.WithAttributeSet(attribute.NewSet(keySystem.String(System), keyDestName.String(DestinationTemplate)))
 	return i, nil
+}
+
+func (i *Instrumentation) opAttrs(name string) opAttrs {
+	if a, ok := i.ops[name]; ok {
+		return a
+	}
+	typ := opType(name)
+	attrs := base(name, typ)
+	return opAttrs{typ: typ, span: attrs, set: metric.WithAttributes(attrs...)}
 }
 
 // opType is the messaging operation type of a store operation.
@@ -234,40 +284,40 @@ func errorType(err error) string {
 
 // Begin starts an operation's span (redisstore.Observer).
 func (i *Instrumentation) Begin(ctx context.Context, op redisstore.Operation) (context.Context, func(redisstore.OperationEnd)) {
-	typ := opType(op.Name)
-	attrs := base(op.Name, typ)
+	oa := i.opAttrs(op.Name)
 	start := time.Now()
-	spanAttrs := attrs
+	spanAttrs := make([]attribute.KeyValue, len(oa.span), len(oa.span)+2)
+	copy(spanAttrs, oa.span)
 	if op.Session != "" {
-		spanAttrs = append(spanAttrs[:len(spanAttrs):len(spanAttrs)], KeySession.String(op.Session))
+		spanAttrs = append(spanAttrs, KeySession.String(op.Session))
 	}
 	if op.Events > 0 {
 		spanAttrs = append(spanAttrs, keyBatchCount.Int(op.Events))
 	}
-	ctx, span := i.tracer.Start(ctx, op.Name+" "+DestinationTemplate, trace.WithSpanKind(spanKind(typ)), trace.WithAttributes(spanAttrs...))
+	ctx, span := i.tracer.Start(ctx, op.Name+" "+DestinationTemplate, trace.WithSpanKind(spanKind(oa.typ)), trace.WithAttributes(spanAttrs...))
 	return ctx, func(e redisstore.OperationEnd) {
 		d := time.Since(start).Seconds()
 		if op.Session == "" && e.Session != "" {
 			span.SetAttributes(KeySession.String(e.Session))
 		}
-		span.SetAttributes(KeyCount.Int(e.Count))
+		if span.IsRecording() {
+			span.SetAttributes(KeyCount.Int(e.Count))
+		}
 		if e.Err != nil {
 			et := errorType(e.Err)
 			span.SetAttributes(keyErrorType.String(et))
 			span.RecordError(e.Err)
 			span.SetStatus(codes.Error, e.Err.Error())
-			attrs = append(attrs, keyErrorType.String(et))
-		}
-		span.End()
-		set := metric.WithAttributes(attrs...)
-		i.opDuration.Record(ctx, d, set)
-		if e.Err != nil {
+			span.End()
+			attrs := append(oa.span[:len(oa.span):len(oa.span)], keyErrorType.String(et))
+			i.opDuration.Record(ctx, d, metric.WithAttributes(attrs...))
 			return
 		}
-		plain := metric.WithAttributes(keySystem.String(System), keyDestName.String(DestinationTemplate))
+		span.End()
+		i.opDuration.Record(ctx, d, oa.set)
 		add := func(c metric.Int64Counter, n int) {
 			if n > 0 {
-				c.Add(ctx, int64(n), plain)
+				c.Add(ctx, int64(n), i.plain)
 			}
 		}
 		switch op.Name {
@@ -323,8 +373,8 @@ func (i *Instrumentation) Middleware() worker.Middleware {
 	return func(next worker.Handler) worker.Handler {
 		return func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
 			start := time.Now()
-			attrs := append(base("process", "process"), keyConsumerGroup.String(h.Consumer))
-			set := metric.WithAttributes(attrs...)
+			g := i.group(h.Consumer)
+			set := g.set
 			if !h.LastClaimedAt.IsZero() {
 				i.claimToStart.Record(ctx, max(0, start.Sub(h.LastClaimedAt).Seconds()), set)
 			}
@@ -333,7 +383,7 @@ func (i *Instrumentation) Middleware() worker.Middleware {
 			}
 			opts := []trace.SpanStartOption{
 				trace.WithSpanKind(trace.SpanKindConsumer),
-				trace.WithAttributes(attrs...),
+				trace.WithAttributes(g.span...),
 				trace.WithAttributes(
 					KeySession.String(h.Session), keyMessageID.String(h.ID),
 					KeyIndex.Int64(h.Index), KeyAttempt.Int64(h.Attempts)),
@@ -345,19 +395,18 @@ func (i *Instrumentation) Middleware() worker.Middleware {
 				opts = append(opts, trace.WithLinks(l))
 			}
 			ctx, span := i.tracer.Start(ctx, "process "+DestinationTemplate, opts...)
-			inFlight := metric.WithAttributes(keySystem.String(System), keyConsumerGroup.String(h.Consumer))
-			i.inFlight.Add(ctx, 1, inFlight)
+			i.inFlight.Add(ctx, 1, g.inFlight)
 			events, err := next(ctx, h)
-			i.inFlight.Add(ctx, -1, inFlight)
+			i.inFlight.Add(ctx, -1, g.inFlight)
 			if err != nil {
 				et := errorType(err)
 				span.SetAttributes(keyErrorType.String(et))
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
-				attrs = append(attrs, keyErrorType.String(et))
+				set = metric.WithAttributes(append(g.span[:len(g.span):len(g.span)], keyErrorType.String(et))...)
 			}
 			span.End()
-			i.processDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrs...))
+			i.processDuration.Record(ctx, time.Since(start).Seconds(), set)
 			return events, err
 		}
 	}
