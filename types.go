@@ -107,6 +107,10 @@ type StoredEvent struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Cause is the consumer attempt that produced it, if any.
 	Cause *Cause `json:"cause,omitempty"`
+	// Trace is the trace context the append that wrote it carried (a W3C
+	// traceparent), stored only when the store's Observer supplied one
+	// (tracing on); empty otherwise.
+	Trace string `json:"trace,omitempty"`
 }
 
 // Consumer declares a consumer a deployment serves.

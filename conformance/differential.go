@@ -199,11 +199,12 @@ func runOps(t *testing.T, tg Target, ops []op) result {
 	cfg.Clock = clock.Now
 	cfg.IDs = func() string { sn++; return fmt.Sprintf("g%d", sn) }
 	cfg.PublishWait = -1
+	cfg.Observer = traceObserver{}
 	store, err := redisstore.New(ctx, tg.Client, cfg)
 	if err != nil {
 		return result{failure: fmt.Sprintf("redisstore.New: %v", err)}
 	}
-	m := model.New(model.Config{Clock: clock.Now, IDs: func() string { mn++; return fmt.Sprintf("g%d", mn) }})
+	m := model.New(model.Config{Clock: clock.Now, IDs: func() string { mn++; return fmt.Sprintf("g%d", mn) }, Trace: traceContext})
 	outcomes := map[string]int{}
 	state := func(when string) string {
 		for _, s := range m.Sessions() {

@@ -48,7 +48,7 @@ type generator struct {
 
 func newGenerator(seed int64) *generator {
 	g := &generator{sessions: genSessions, rnd: rand.New(rand.NewPCG(uint64(seed), 0x5eed)), clock: NewClock(), ctx: context.Background()}
-	g.m = model.New(model.Config{Clock: g.clock.Now, IDs: func() string { g.n++; return fmt.Sprintf("g%d", g.n) }})
+	g.m = model.New(model.Config{Clock: g.clock.Now, IDs: func() string { g.n++; return fmt.Sprintf("g%d", g.n) }, Trace: traceContext})
 	return g
 }
 
@@ -355,6 +355,10 @@ func (g *generator) appendOp() op {
 	}
 	if g.chance(0.08) {
 		o.Append.OriginIndex = 1 + g.rnd.Int64N(g.bounds(s).Head+1)
+	}
+	if g.chance(0.25) {
+		// A traced append: its events store the trace context.
+		o.Trace = fmt.Sprintf("00-%032x-%016x-01", g.rnd.Int64(), g.rnd.Int64())
 	}
 	return o
 }

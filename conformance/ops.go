@@ -98,12 +98,37 @@ type op struct {
 	Presence redisstore.PresenceWrite
 	Fields   []redisstore.PresenceField
 	Advance  time.Duration
+	// Trace is the trace context an append runs with (see traceContext).
+	Trace string
 }
+
+// traceKey carries an op's trace context in its context.
+type traceKey struct{}
+
+// traceContext is the trace context of an op's context: both sides store
+// it with an append's events (redisstore.Config.Observer, model.Config.Trace).
+func traceContext(ctx context.Context) string {
+	tc, _ := ctx.Value(traceKey{}).(string)
+	return tc
+}
+
+// traceObserver is the differential store's Observer: it observes nothing
+// and supplies the op's trace context.
+type traceObserver struct{}
+
+func (traceObserver) Begin(ctx context.Context, _ redisstore.Operation) (context.Context, func(redisstore.OperationEnd)) {
+	return ctx, func(redisstore.OperationEnd) {}
+}
+
+func (traceObserver) TraceContext(ctx context.Context) string { return traceContext(ctx) }
 
 // run runs the operation on one side.
 func (o op) run(ctx context.Context, s api) (any, error) {
 	switch o.Kind {
 	case opAppend:
+		if o.Trace != "" {
+			ctx = context.WithValue(ctx, traceKey{}, o.Trace)
+		}
 		return s.Append(ctx, o.Session, o.Events, o.Append)
 	case opClaim:
 		return s.ClaimAvailable(ctx, o.Claim)
@@ -200,6 +225,9 @@ func (o op) String() string {
 			fmt.Fprintf(&b, " origin=%d", o.Append.OriginIndex)
 		}
 		b.WriteString(servedString(o.Append.Consumers))
+		if o.Trace != "" {
+			b.WriteString(" trace=" + o.Trace)
+		}
 	case opClaim:
 		c := o.Claim
 		fmt.Fprintf(&b, "%s holder=%s ttl=%v", sessionOf(c.Session), c.Holder, c.TTL)

@@ -10,6 +10,8 @@
 -- then per event i (offset o = 4 + (i - 1) * 5):
 --   ARGV[o+1] id, ARGV[o+2] type, ARGV[o+3] payload JSON,
 --   ARGV[o+4] cause JSON or '', ARGV[o+5] targets JSON ([[consumer, tag]...]) or ''
+-- then, optionally, ARGV[4 + n * 5 + 1]: a trace context (W3C traceparent)
+--   every entry stores as its 'trace' field; absent or '' stores none
 --
 -- Replies:
 --   { 'ok', first index, has_pending }              appended

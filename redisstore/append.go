@@ -57,6 +57,19 @@ type AppendResult struct {
 // carrying the batch's ids, generated ones included: sending it again with
 // them never duplicates it.
 func (s *Store) Append(ctx context.Context, session string, events []a2redis.Event, opts AppendOptions) (AppendResult, error) {
+	o := s.cfg.Observer
+	if o == nil {
+		return s.appendEvents(ctx, session, events, opts, "")
+	}
+	ctx, end := o.Begin(ctx, Operation{Name: OpAppend, Session: session, Events: len(events)})
+	res, err := s.appendEvents(ctx, session, events, opts, traceArg(o.TraceContext(ctx)))
+	end(OperationEnd{Session: session, Count: len(res.Events), Err: err})
+	return res, err
+}
+
+// appendEvents is Append; trace, when not empty, is stored with every
+// event of the batch (which then takes the general script).
+func (s *Store) appendEvents(ctx context.Context, session string, events []a2redis.Event, opts AppendOptions, trace string) (AppendResult, error) {
 	if err := checkSession(session); err != nil {
 		return AppendResult{}, err
 	}
@@ -83,7 +96,7 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 	if opts.OriginIndex > 0 {
 		origin = itoa(opts.OriginIndex)
 	}
-	if plainBatch(events, consumers) {
+	if trace == "" && plainBatch(events, consumers) {
 		call := &plainCall{ctx: ctx, batch: batch, origin: origin, nonce: nonce, heads: make([][]string, len(events))}
 		for i, e := range events {
 			for _, t := range e.Targets {
@@ -102,6 +115,10 @@ func (s *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 			cause = string(raw)
 		}
 		args = append(args, e.id, e.typ, string(e.payload), cause, e.targets)
+		batch[i].trace = trace
+	}
+	if trace != "" {
+		args = append(args, trace)
 	}
 	reply, err := s.runIndexed(ctx, "append", session, args)
 	if err != nil {
@@ -118,7 +135,13 @@ func (s *Store) appendResult(ctx context.Context, session string, events []a2red
 			return AppendResult{}, err
 		}
 		stored := appendedEvents(session, batch, first, now, func(i int) *a2redis.Cause { return events[i].Cause })
-		s.publish(ctx, session, notify.Encode(first+int64(len(batch))-1, now, wakeEntries(stored)))
+		if batch[0].trace != "" {
+			// Wake-ups carry no trace context: followers read the events
+			// with it from the log.
+			s.publish(ctx, session, notify.EncodeBare(first+int64(len(batch))-1))
+		} else {
+			s.publish(ctx, session, notify.Encode(first+int64(len(batch))-1, now, wakeEntries(stored)))
+		}
 		return AppendResult{Events: stored, HasPending: word(reply, 2) == "1"}, nil
 	case "empty":
 		return AppendResult{Events: []a2redis.StoredEvent{}, HasPending: word(reply, 1) == "1"}, nil
@@ -227,12 +250,13 @@ type prepared struct {
 	id, typ string
 	payload json.RawMessage
 	targets string
+	trace   string
 }
 
 func (p prepared) stored(session string, index, now int64, cause *a2redis.Cause) a2redis.StoredEvent {
 	ev := a2redis.StoredEvent{
 		Session: session, Index: index, ID: p.id, Type: p.typ,
-		Payload: p.payload, CreatedAt: time.UnixMilli(now),
+		Payload: p.payload, CreatedAt: time.UnixMilli(now), Trace: p.trace,
 	}
 	if cause != nil {
 		c := *cause

@@ -83,16 +83,8 @@ type ClaimResult struct {
 	SessionHead int64
 }
 
-// ClaimAvailable claims every eligible head of a session for a holder, up to
-// the limit: live, served, not excluded, at or below Through, and not held
-// by an unexpired claim or retry hold. Each claim bumps the head's attempt;
-// a lapsed claim taken over counts a failure. A claim whose outcome is
-// unknown (its connection failed) is not retried, since a second one would
-// bump the attempts again: the error reaches the caller, and heads it may
-// have claimed are taken over once the lease lapses. With
-// Config.Durability, a claim not acknowledged in time returns its result
-// together with an a2redis.ErrNotReplicated error: the heads are held.
-func (s *Store) ClaimAvailable(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+// claimAvailable is ClaimAvailable without its observation.
+func (s *Store) claimAvailable(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return ClaimResult{}, err
 	}
@@ -536,15 +528,8 @@ type CompleteResult struct {
 	Replayed bool
 }
 
-// CompleteAttempt finishes a claimed attempt: fenced by (consumer, lane,
-// index, attempt, live claim), it moves the cursor past its head and
-// appends the returned events with their cause set to this attempt, in one
-// atomic step. A retry after a lost acknowledgement replays the committed
-// events; a retry with other ids fails with ErrPartialDuplicateBatch; a
-// stale attempt is superseded; an index with no event fails with ErrNoEvent.
-// A completion returning events that the store gave up on fails with an
-// *a2redis.BatchError carrying the returned events' ids.
-func (s *Store) CompleteAttempt(ctx context.Context, req CompleteRequest) (CompleteResult, error) {
+// completeAttempt is CompleteAttempt without its observation.
+func (s *Store) completeAttempt(ctx context.Context, req CompleteRequest) (CompleteResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return CompleteResult{}, err
 	}
@@ -677,17 +662,8 @@ func (r CompleteAttemptsRequest) causes() []a2redis.Cause {
 	return out
 }
 
-// CompleteAttempts completes several claimed attempts of one session in one
-// script call: what a worker does after handling the heads one claim gave
-// it, at a fraction of the cost of one CompleteAttempt per head. Each
-// attempt is fenced as CompleteAttempt fences it and gets its own result, in
-// request order: completed (Replayed when an earlier try had committed it)
-// or superseded. The call is atomic: an index with no event (ErrNoEvent) or
-// an attempt whose committed completion returned events
-// (ErrPartialDuplicateBatch: replay that one with CompleteAttempt) fails it
-// with nothing written. Completions that return events go through
-// CompleteAttempt.
-func (s *Store) CompleteAttempts(ctx context.Context, req CompleteAttemptsRequest) ([]CompleteResult, error) {
+// completeMany is CompleteAttempts without its observation.
+func (s *Store) completeMany(ctx context.Context, req CompleteAttemptsRequest) ([]CompleteResult, error) {
 	results, _, err := s.completeAttempts(ctx, req, nil)
 	return results, err
 }
@@ -710,15 +686,8 @@ type CompleteAndClaimResult struct {
 	Next ClaimResult
 }
 
-// CompleteAndClaim completes attempts as CompleteAttempts does and, in the
-// same script call, claims the next head of every lane it moved on for
-// next.Holder: a strictly ordered lane then costs one script call per
-// event, as BullMQ's moveToFinished hands its worker the next job. The
-// claimed heads are fresh (attempt 1), with their events. A completion the
-// flat path cannot take (a log head, a head that failed before, a
-// replayed completion) goes through the general path, and the next heads
-// are then claimed by a second call, up to one per completed lane head.
-func (s *Store) CompleteAndClaim(ctx context.Context, req CompleteAttemptsRequest, next NextClaim) (CompleteAndClaimResult, error) {
+// completeAndClaim is CompleteAndClaim without its observation.
+func (s *Store) completeAndClaim(ctx context.Context, req CompleteAttemptsRequest, next NextClaim) (CompleteAndClaimResult, error) {
 	if err := checkName("Holder", next.Holder); err != nil {
 		return CompleteAndClaimResult{}, err
 	}
@@ -756,7 +725,7 @@ func (s *Store) completeAttempts(ctx context.Context, req CompleteAttemptsReques
 		if lanes == 0 {
 			return results, ClaimResult{Outcome: Settled}, nil
 		}
-		claimed, err = s.ClaimAvailable(ctx, ClaimRequest{Session: req.Session, Holder: next.Holder, TTL: next.TTL, Consumers: req.Consumers, Limit: lanes})
+		claimed, err = s.claimAvailable(ctx, ClaimRequest{Session: req.Session, Holder: next.Holder, TTL: next.TTL, Consumers: req.Consumers, Limit: lanes})
 		return results, claimed, err
 	}
 	return results, claimed, nil
@@ -889,10 +858,8 @@ type FailResult struct {
 	Failures int64
 }
 
-// FailAttempt records a failed attempt: it counts a failure, records the
-// error, releases the claim, and holds the head until now + RetryAfter or,
-// at MaxFailures, dead-letters it. Repeating the same report is idempotent.
-func (s *Store) FailAttempt(ctx context.Context, req FailRequest) (FailResult, error) {
+// failAttempt is FailAttempt without its observation.
+func (s *Store) failAttempt(ctx context.Context, req FailRequest) (FailResult, error) {
 	if err := checkSession(req.Session); err != nil {
 		return FailResult{}, err
 	}

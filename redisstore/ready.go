@@ -340,15 +340,8 @@ func (c *skipCache) add(session string, at int64) {
 	c.entries[session] = skipEntry{at: at, until: time.Now().Add(skipFor)}
 }
 
-// ClaimNext claims runnable heads from a session the ready index lists as
-// due, with ClaimAvailable's lease, fencing, MaxFailures and Limit rules.
-// It reads the earliest due sessions of every shard (one round trip) and
-// tries them oldest first, shuffled among the first few so that workers
-// calling at once spread over sessions; a claim that leaves work behind
-// moves its session behind the others, so one busy session cannot starve
-// the rest. A session that gives nothing is listed again from its true
-// state. With nothing claimable it reports Busy or Settled and NextAt.
-func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextResult, error) {
+// claimNext is ClaimNext without its observation.
+func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextResult, error) {
 	if err := checkName("Holder", req.Holder); err != nil {
 		return ClaimNextResult{}, err
 	}
@@ -356,7 +349,7 @@ func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 		return ClaimNextResult{}, check.Invalid("TTL", "must be positive (got %v)", req.TTL)
 	}
 	claim := func(session string) (ClaimResult, error) {
-		return s.ClaimAvailable(ctx, ClaimRequest{
+		return s.claimAvailable(ctx, ClaimRequest{
 			Session: session, Holder: req.Holder, TTL: req.TTL, Exclude: req.Exclude,
 			Consumers: req.Consumers, MaxFailures: req.MaxFailures, Limit: req.Limit,
 		})

@@ -35,12 +35,8 @@ const (
 	ReleaseSuperseded ReleaseOutcome = "superseded"
 )
 
-// Release gives claimed attempts back without counting a failure, each
-// fenced as a completion is, in one script call: for a worker that stops
-// with heads in hand, and for a handler that asks to run again later
-// (Delay). A released head's next claim is a new attempt that counts no
-// failure for this one. The outcomes are in request order.
-func (s *Store) Release(ctx context.Context, req ReleaseRequest) ([]ReleaseOutcome, error) {
+// release is Release without its observation.
+func (s *Store) release(ctx context.Context, req ReleaseRequest) ([]ReleaseOutcome, error) {
 	if err := checkSession(req.Session); err != nil {
 		return nil, err
 	}

@@ -96,6 +96,7 @@ func toEvent(session, id string, fields map[string]string) (a2redis.StoredEvent,
 		ID:      fields["id"],
 		Type:    fields["type"],
 		Payload: json.RawMessage(fields["payload"]),
+		Trace:   fields["trace"],
 	}
 	if at, err := strconv.ParseInt(fields["created_at"], 10, 64); err == nil {
 		ev.CreatedAt = time.UnixMilli(at)

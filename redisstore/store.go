@@ -114,6 +114,10 @@ type Config struct {
 	// (WAITAOF) and report a write that is not acknowledged in time as
 	// a2redis.ErrNotReplicated. Default: no waiting. See Durability.
 	Durability Durability
+	// Observer, when set, is told about every append, claim and settling
+	// call (spans and metrics: package a2otel), and supplies the trace
+	// context appends store with their events. Nil: none of that work.
+	Observer Observer
 }
 
 // Store is an a2redis store on one key prefix. It is safe for concurrent

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
@@ -42,6 +43,7 @@ func (m *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 			batch[i].cause = &c
 		}
 	}
+	trace := m.trace(ctx)
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -81,9 +83,27 @@ func (m *Store) Append(ctx context.Context, session string, events []a2redis.Eve
 	base := s.head
 	targets := make([][]a2redis.Target, len(batch))
 	for i, e := range batch {
-		stored = append(stored, s.push(e.id, e.typ, e.payload, now, e.cause))
+		ev := s.push(e.id, e.typ, e.payload, now, e.cause)
+		if trace != "" {
+			s.log[len(s.log)-1].Trace = trace
+			ev.Trace = trace
+		}
+		stored = append(stored, ev)
 		targets[i] = e.targets
 	}
 	s.enqueue(stored, targets, srv, base)
 	return redisstore.AppendResult{Events: stored, HasPending: s.hasPending(srv)}, nil
+}
+
+// trace is the trace context an append stores (Config.Trace), dropped when
+// it is too long or not valid UTF-8, as the store drops it.
+func (m *Store) trace(ctx context.Context) string {
+	if m.cfg.Trace == nil {
+		return ""
+	}
+	tc := m.cfg.Trace(ctx)
+	if len(tc) > redisstore.MaxTraceContext || !utf8.ValidString(tc) {
+		return ""
+	}
+	return tc
 }

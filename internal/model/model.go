@@ -46,6 +46,9 @@ type Config struct {
 	// ReclaimPageSize is how many old entries one ReclaimPage deletes.
 	// Default redisstore.ReclaimPageSize.
 	ReclaimPageSize int
+	// Trace, when set, gives the trace context an append stores with its
+	// events (as redisstore.Config.Observer's TraceContext does).
+	Trace func(ctx context.Context) string
 }
 
 // Store is the in-memory contract. It is safe for concurrent use.

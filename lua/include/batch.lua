@@ -1,7 +1,8 @@
 --@include cursor
 -- batch: the parts of an append shared by the scripts that add a caller's
 -- batch (ARGV layout of append: now, n, served, origin, then five per event:
--- id, type, payload, cause, targets).
+-- id, type, payload, cause, targets; after the events, an optional trace
+-- context every entry of the batch stores as its 'trace' field).
 
 local BATCH_FIELDS = 5
 
@@ -47,11 +48,18 @@ end
 
 -- Adds the batch's entries after `base` and buffers its id keys and counter.
 local function add_batch(now, n, base)
+  local trace = ARGV[4 + n * BATCH_FIELDS + 1] or ''
   for i = 1, n do
     local idx = int(base + i)
-    redis.call('XADD', LOG, idx .. '-0',
-      'id', event_arg(i, 1), 'type', event_arg(i, 2), 'payload', event_arg(i, 3),
-      'created_at', now, 'cause', event_arg(i, 4))
+    if trace == '' then
+      redis.call('XADD', LOG, idx .. '-0',
+        'id', event_arg(i, 1), 'type', event_arg(i, 2), 'payload', event_arg(i, 3),
+        'created_at', now, 'cause', event_arg(i, 4))
+    else
+      redis.call('XADD', LOG, idx .. '-0',
+        'id', event_arg(i, 1), 'type', event_arg(i, 2), 'payload', event_arg(i, 3),
+        'created_at', now, 'cause', event_arg(i, 4), 'trace', trace)
+    end
     mark(id_key(event_arg(i, 1)), idx)
   end
   mark(COUNTER, int(base + n))
