@@ -6,10 +6,15 @@
 # skip when no Docker engine answers.
 DOCKER_MODULE = internal/redistest/dockertarget
 
+# The OpenTelemetry example is a module of its own too (the SDK and the
+# Prometheus exporter stay out of the library's module graph).
+OTEL_EXAMPLE = examples/otel
+
 test:
 	go test ./... -count=1 -timeout 20m
 	cd bench && go test . -count=1 -timeout 10m
 	cd $(DOCKER_MODULE) && go test ./... -count=1 -timeout 20m
+	cd $(OTEL_EXAMPLE) && go test ./... -count=1 -timeout 10m
 
 test-short:
 	go test ./... -short -count=1
