@@ -58,7 +58,10 @@ skipped (single or bulk, confirmed on a page of its own) with POSTs that
 carry a per-process CSRF token and must come from the same origin.
 --token T requires T on every request, as a bearer token
 (Authorization: Bearer T) or as the basic-auth password (any user name);
-binding an address other than loopback requires --token.`,
+binding an address other than loopback requires --token.
+--json does not change the pages; the live tail's server-sent events
+(GET /session/tail?id=SESSION&after=INDEX) carry one event each as
+JSON: {"index","type","id","created_at","payload" (pretty-printed)}.`,
 		need: needData,
 		setup: func(fs *flag.FlagSet) runner {
 			var o serveOptions
@@ -290,7 +293,8 @@ type consumerLag struct {
 
 // overview: ReadyStats (one call), one ReadyPage per shard (≤ 100 sessions
 // in all), one pipelined round of session stats, one CursorsPage for each
-// of the first overviewLagSessions sessions, one Workers page.
+// of the first overviewLagSessions sessions, one bounded scan page (for
+// dead letters) and its stats, one Workers page.
 func (d *dash) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	a := d.a
@@ -340,14 +344,12 @@ func (d *dash) overview(w http.ResponseWriter, r *http.Request) {
 		if i == overviewLagSessions {
 			break
 		}
-		cctx, cancel := d.call(r)
-		page, err := a.store.CursorsPage(cctx, id, redisstore.PageRequest{Limit: dashboardPage})
-		cancel()
+		page, _, err := d.cursorPage(r, id, "")
 		if err != nil {
 			d.fail(w, err)
 			return
 		}
-		for _, c := range page.Cursors {
+		for _, c := range page {
 			l := lags[c.Consumer]
 			if l == nil {
 				l = &consumerLag{Consumer: c.Consumer}
@@ -360,6 +362,25 @@ func (d *dash) overview(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	// Dead letters are not in the ready index: one bounded scan page finds
+	// the sessions that have some among the first ones scanned.
+	scanned, more, err := a.sessionScanPage(ctx, "", "", dashboardPage)
+	if err != nil {
+		d.fail(w, err)
+		return
+	}
+	scannedRows, err := a.sessionStats(ctx, scanned)
+	if err != nil {
+		d.fail(w, err)
+		return
+	}
+	var dead []sessionJSON
+	for _, row := range scannedRows {
+		if row.DeadLettered > 0 {
+			dead = append(dead, row)
+		}
+	}
+	sort.Slice(dead, func(i, j int) bool { return dead[i].Session < dead[j].Session })
 	var consumers []consumerLag
 	for _, l := range lags {
 		consumers = append(consumers, *l)
@@ -374,7 +395,7 @@ func (d *dash) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	d.render(w, "overview", map[string]any{
 		"Title": "Overview", "Refresh": 5, "Shards": shards, "Consumers": consumers,
-		"LagSessions": min(len(ids), overviewLagSessions), "Workers": len(wp.Workers), "MoreWorkers": wp.Next != "",
+		"LagSessions": min(len(ids), overviewLagSessions), "Dead": dead, "Scanned": len(scanned), "ScanMore": more != "", "Workers": len(wp.Workers), "MoreWorkers": wp.Next != "",
 	})
 }
 
@@ -448,6 +469,25 @@ func (a *app) sessionScanPage(ctx context.Context, match, token string, want int
 	return ids, fmt.Sprintf("%d:%d", nodeAt, cursor), nil
 }
 
+// cursorPage reads up to dashboardPage cursors of session from after: a
+// store page may end early where one kind of cursor ends, so it reads on,
+// pageCalls calls at most.
+func (d *dash) cursorPage(r *http.Request, session, after string) ([]a2redis.Cursor, string, error) {
+	var all []a2redis.Cursor
+	next := after
+	for calls := 0; calls == 0 || (next != "" && len(all) < dashboardPage && calls < pageCalls); calls++ {
+		cctx, cancel := d.call(r)
+		cp, err := d.a.store.CursorsPage(cctx, session, redisstore.PageRequest{After: next, Limit: dashboardPage - len(all)})
+		cancel()
+		if err != nil {
+			return nil, "", err
+		}
+		all = append(all, cp.Cursors...)
+		next = cp.Next
+	}
+	return all, next, nil
+}
+
 type logRow struct {
 	a2redis.StoredEvent
 	Pretty string
@@ -494,20 +534,10 @@ func (d *dash) session(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// A cursor page may end early where one kind of cursor ends: read on
-	// (a few calls at most) until the page is full.
-	var cp redisstore.CursorPage
-	cp.Next = q.Get("cursors")
-	var all []a2redis.Cursor
-	for calls := 0; calls == 0 || (cp.Next != "" && len(all) < dashboardPage && calls < pageCalls); calls++ {
-		cctx, cancel := d.call(r)
-		cp, err = a.store.CursorsPage(cctx, id, redisstore.PageRequest{After: cp.Next, Limit: dashboardPage - len(all)})
-		cancel()
-		if err != nil {
-			d.fail(w, err)
-			return
-		}
-		all = append(all, cp.Cursors...)
+	all, cursorsNext, err := d.cursorPage(r, id, q.Get("cursors"))
+	if err != nil {
+		d.fail(w, err)
+		return
 	}
 	now := a.env.Now()
 	var cursors []cursorJSON
@@ -545,7 +575,7 @@ func (d *dash) session(w http.ResponseWriter, r *http.Request) {
 	}
 	d.render(w, "session", map[string]any{
 		"Title": "Session " + id, "ID": id, "Bounds": b, "Events": rows, "Older": older, "Newer": newer,
-		"Cursors": cursors, "CursorsNext": cp.Next, "Dead": dp.DeadLetters, "DeadNext": dp.Next,
+		"Cursors": cursors, "CursorsNext": cursorsNext, "Dead": dp.DeadLetters, "DeadNext": dp.Next,
 		"Presence": pres, "TailAfter": b.Head,
 	})
 }

@@ -99,6 +99,7 @@ func TestServePages(t *testing.T) {
 			code, body := get(t, srv, "/")
 			require.Equal(t, http.StatusOK, code, body)
 			require.Contains(t, body, `href="/session?id=order-1"`, "order-1 has work")
+			require.Contains(t, body, `<td class="dead">1</td>`, "order-1 has a dead letter")
 			require.Contains(t, body, "biller")
 			require.Contains(t, body, `http-equiv="refresh"`)
 
