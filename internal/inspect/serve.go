@@ -426,9 +426,9 @@ func (d *dash) sessions(w http.ResponseWriter, r *http.Request) {
 const sessionScanCalls = 10
 
 // sessionScanPage resumes a scan of the session log keys at token ("" to
-// start; "node:cursor") and returns up to about want ids and the token of
-// the rest ("" when the scan is done). It makes at most sessionScanCalls
-// SCAN calls.
+// start; "node:cursor") and returns about want ids (SCAN's COUNT is a hint:
+// a call may return a few more than asked) and the token of the rest (""
+// when the scan is done). It makes at most sessionScanCalls SCAN calls.
 func (a *app) sessionScanPage(ctx context.Context, match, token string, want int) ([]string, string, error) {
 	nodes, err := a.scanNodes(ctx)
 	if err != nil {
@@ -448,7 +448,9 @@ func (a *app) sessionScanPage(ctx context.Context, match, token string, want int
 	var ids []string
 	pattern := a.sessionPattern(match)
 	for calls := 0; calls < sessionScanCalls && len(ids) < want; calls++ {
-		page, next, err := a.scanStep(ctx, nodes[nodeAt], cursor, pattern, match)
+		// COUNT is what the page still lacks (at least 10), so a page
+		// holds about want ids, rarely a few more.
+		page, next, err := a.scanStep(ctx, nodes[nodeAt], cursor, max(want-len(ids), 10), pattern, match)
 		if err != nil {
 			return nil, "", err
 		}

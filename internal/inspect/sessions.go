@@ -250,7 +250,7 @@ func (a *app) eachSessionPage(ctx context.Context, match string, fn func([]strin
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			page, next, err := a.scanStep(ctx, n, cursor, pattern, match)
+			page, next, err := a.scanStep(ctx, n, cursor, a.scanCount(), pattern, match)
 			if err != nil {
 				return err
 			}
@@ -274,11 +274,12 @@ func (a *app) sessionPattern(match string) string {
 	return escapeGlob(head) + pushdownGlob(match) + escapeGlob(tail)
 }
 
-// scanStep makes one SCAN call on n from cursor and returns the session ids
-// it found that match the glob, and the next cursor (0: done).
-func (a *app) scanStep(ctx context.Context, n node, cursor uint64, pattern, match string) ([]string, uint64, error) {
+// scanStep makes one SCAN call (COUNT count) on n from cursor and returns
+// the session ids it found that match the glob, and the next cursor (0:
+// done).
+func (a *app) scanStep(ctx context.Context, n node, cursor uint64, count int, pattern, match string) ([]string, uint64, error) {
 	cctx, cancel := a.call(ctx)
-	entry, err := n.client.Do(cctx, n.client.B().Scan().Cursor(cursor).Match(pattern).Count(int64(a.scanCount())).Build()).AsScanEntry()
+	entry, err := n.client.Do(cctx, n.client.B().Scan().Cursor(cursor).Match(pattern).Count(int64(count)).Build()).AsScanEntry()
 	cancel()
 	if err != nil {
 		return nil, 0, fmt.Errorf("SCAN on %s: %w", n.addr, err)
