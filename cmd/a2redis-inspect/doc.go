@@ -167,7 +167,8 @@
 //	/workers               live workers, what they hold, heartbeat age
 //
 // Flags: --addr HOST:PORT, --allow-writes (enable redrive; the dashboard is
-// read-only without it and refuses every POST with 403), --token T (every
+// read-only without it and refuses every POST with 403; like tail -f, an
+// open live tail keeps only the session's expiring 'followed' mark set), --token T (every
 // request must carry Authorization: Bearer T or the basic-auth password T;
 // 401 otherwise). Binding an address other than loopback without --token
 // is refused (exit 2). A write is a POST carrying the process's CSRF token

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -265,4 +266,49 @@ func TestServeTail(t *testing.T) {
 			return
 		}
 	}
+}
+
+var headField = regexp.MustCompile(`name="h" value="([^"]+)"`)
+
+func TestServeBulkRedrive(t *testing.T) {
+	e := serverEnv(t)
+	flaky := a2redis.Consumer{Name: "flaky"}
+	consumers := []a2redis.Consumer{flaky}
+	_, err := e.store.Append(e.ctx, "bulk", []a2redis.Event{
+		{Type: "a", Targets: []a2redis.Target{{Consumer: "flaky"}}},
+		{Type: "b", Targets: []a2redis.Target{{Consumer: "flaky"}}},
+		{Type: "c", Targets: []a2redis.Target{{Consumer: "flaky"}}},
+	}, redisstore.AppendOptions{Consumers: consumers})
+	require.NoError(t, err)
+	for failed := 0; failed < 3; {
+		claim, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "bulk", Holder: "w", TTL: time.Minute, Consumers: consumers})
+		require.NoError(t, err)
+		require.NotEmpty(t, claim.Heads)
+		for _, h := range claim.Heads {
+			_, err := e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "bulk", Head: h.Ref(), Attempt: h.Attempts, Error: "boom", MaxFailures: 1})
+			require.NoError(t, err)
+			failed++
+		}
+	}
+	srv := dashServer(t, e, serveOptions{allowWrites: true})
+	_, page := get(t, srv, "/session?id=bulk")
+	var heads []string
+	for _, m := range headField.FindAllStringSubmatch(page, -1) {
+		heads = append(heads, html.UnescapeString(m[1]))
+	}
+	require.Len(t, heads, 3)
+	same := map[string]string{"Origin": srv.URL}
+	form := url.Values{"csrf": {csrfOf(t, page)}, "session": {"bulk"}, "action": {"skip"}, "h": heads[:2]}
+	code, body := post(t, srv, form, same)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "skip 2 dead letter(s)")
+	require.Equal(t, 3, deadCount(t, e, "bulk"), "nothing written before the confirmation")
+	form.Set("confirm", "yes")
+	code, body = post(t, srv, form, same)
+	require.Equal(t, http.StatusSeeOther, code, body)
+	require.Equal(t, 1, deadCount(t, e, "bulk"))
+
+	form.Set("action", "delete")
+	code, _ = post(t, srv, form, same)
+	require.Equal(t, http.StatusBadRequest, code)
 }
