@@ -618,6 +618,11 @@ func (d *dash) tail(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "id and after are required", http.StatusBadRequest)
 		return
 	}
+	// A reconnecting EventSource names the last event it got: go on from
+	// there, so nothing shows twice.
+	if last, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && last > after {
+		after = last
+	}
 	if err := a.requireSession(r.Context(), id); err != nil {
 		http.Error(w, a.explain(err), http.StatusNotFound)
 		return

@@ -263,15 +263,35 @@ func TestServeTail(t *testing.T) {
 	require.Equal(t, ": following\n", first)
 	_, err = e.store.Append(e.ctx, quietSession, []a2redis.Event{{ID: "live-1", Type: "live.note", Payload: json.RawMessage(`{"n":1}`)}}, redisstore.AppendOptions{})
 	require.NoError(t, err)
+	require.Equal(t, tailEvent{Index: b.Head + 1, Type: "live.note", ID: "live-1"}, nextTailEvent(t, r, true))
+
+	// A reconnect with Last-Event-ID goes on after that event.
+	_, err = e.store.Append(e.ctx, quietSession, []a2redis.Event{{ID: "live-2", Type: "live.note"}}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	req, err = http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/session/tail?id="+quietSession+"&after="+itoa(b.Head), nil)
+	require.NoError(t, err)
+	req.Header.Set("Last-Event-ID", itoa(b.Head+1))
+	resp2, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	require.Equal(t, tailEvent{Index: b.Head + 2, Type: "live.note", ID: "live-2"}, nextTailEvent(t, bufio.NewReader(resp2.Body), true))
+}
+
+// nextTailEvent reads the stream up to its next event (without its time and
+// payload when bare).
+func nextTailEvent(t *testing.T, r *bufio.Reader, bare bool) tailEvent {
+	t.Helper()
 	for {
 		line, err := r.ReadString('\n')
 		require.NoError(t, err)
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
 			var ev tailEvent
 			require.NoError(t, json.Unmarshal([]byte(data), &ev))
-			require.Equal(t, b.Head+1, ev.Index)
-			require.Equal(t, "live.note", ev.Type)
-			return
+			require.NotEmpty(t, ev.CreatedAt)
+			if bare {
+				ev.CreatedAt, ev.Payload = "", ""
+			}
+			return ev
 		}
 	}
 }
