@@ -130,17 +130,19 @@ func fill(t *testing.T, ctx context.Context, client rueidis.Client, prefix strin
 		}, redisstore.AppendOptions{Consumers: served})
 		require.NoError(t, err)
 	}
-	claim, err := store.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: "order-1001", Holder: "worker-demo", TTL: time.Minute, Consumers: served})
-	require.NoError(t, err)
-	for _, h := range claim.Heads {
-		switch h.Consumer {
-		case "biller":
-			_, err = store.FailAttempt(ctx, redisstore.FailRequest{Session: "order-1001", Head: h.Ref(), Attempt: h.Attempts, Error: "card declined: insufficient funds", MaxFailures: 1})
-		case "mailer":
-			_, err = store.CompleteAttempt(ctx, redisstore.CompleteRequest{Session: "order-1001", Head: h.Ref(), Attempt: h.Attempts,
-				Events: []a2redis.Event{{Type: "mail.sent", Payload: json.RawMessage(`{"to":"customer@example.com"}`)}}, Consumers: served})
-		}
+	for _, s := range []string{"order-1001", "order-1003"} {
+		claim, err := store.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: s, Holder: "worker-demo", TTL: time.Minute, Consumers: served})
 		require.NoError(t, err)
+		for _, h := range claim.Heads {
+			switch h.Consumer {
+			case "biller":
+				_, err = store.FailAttempt(ctx, redisstore.FailRequest{Session: s, Head: h.Ref(), Attempt: h.Attempts, Error: "card declined: insufficient funds", MaxFailures: 1})
+			case "mailer":
+				_, err = store.CompleteAttempt(ctx, redisstore.CompleteRequest{Session: s, Head: h.Ref(), Attempt: h.Attempts,
+					Events: []a2redis.Event{{Type: "mail.sent", Payload: json.RawMessage(`{"to":"customer@example.com"}`)}}, Consumers: served})
+			}
+			require.NoError(t, err)
+		}
 	}
 	_, err = presence.New(store).Set(ctx, "order-1001", "alice", map[string]json.RawMessage{"viewing": json.RawMessage(`{"tab":"payments"}`)},
 		presence.Meta{Seen: 1, At: time.Now(), TTL: time.Hour})
@@ -226,6 +228,19 @@ func TestDashboardInChromium(t *testing.T) {
 	p, err := store.DeadLettersPage(ctx, "order-1001", redisstore.PageRequest{Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, p.DeadLetters)
+
+	// Bulk: tick the dead letters, skip them, confirm.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"session?id=order-1003")))
+	require.Equal(t, "dead", text(t, ctx, billing))
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#dead input[name="h"]`)),
+		chromedp.Click(chromedp.CSS("#skip-selected")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm"))))
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.WaitVisible(chromedp.CSS("#no-dead"))))
+	require.Equal(t, "ready", text(t, ctx, billing), "skipped: the lane moves on to order.paid")
+	require.Equal(t, "1", text(t, ctx, `#cursors tr[data-lane="billing"] .position`))
 }
 
 // TestScreenshots writes the README's screenshots when A2REDIS_SCREENSHOTS
