@@ -1,5 +1,5 @@
 # Targets match what CI runs: .ci/run runs `make test`, then `make test-race`.
-.PHONY: test test-race test-short bench bench-quick bench-micro lint quickstart soak
+.PHONY: test test-race test-short bench bench-quick bench-micro lint quickstart soak screenshots
 
 # The Docker targets (internal/redistest/dockertarget) are a module of their
 # own, so that testcontainers-go stays out of what importers download; they
@@ -10,11 +10,16 @@ DOCKER_MODULE = internal/redistest/dockertarget
 # Prometheus exporter stay out of the library's module graph).
 OTEL_EXAMPLE = examples/otel
 
+# The dashboard's browser tests (headless Chromium through chromedp) are a
+# module of their own too, so chromedp stays out of the library's graph.
+BROWSER_MODULE = internal/inspect/browsertest
+
 test:
 	go test ./... -count=1 -timeout 20m
 	cd bench && go test . -count=1 -timeout 10m
 	cd $(DOCKER_MODULE) && go test ./... -count=1 -timeout 20m
 	cd $(OTEL_EXAMPLE) && go test ./... -count=1 -timeout 10m
+	cd $(BROWSER_MODULE) && go test ./... -count=1 -timeout 10m
 
 test-short:
 	go test ./... -short -count=1
@@ -40,6 +45,13 @@ lint:
 	cd bench && go vet ./...
 	cd $(DOCKER_MODULE) && go vet ./...
 	cd $(OTEL_EXAMPLE) && go vet ./...
+	cd $(BROWSER_MODULE) && go vet ./...
+
+# Regenerates docs/dashboard-overview.png and docs/dashboard-session.png:
+# fills a demo prefix on a spawned redis-server, serves the dashboard and
+# photographs it in headless Chromium.
+screenshots:
+	cd $(BROWSER_MODULE) && A2REDIS_SCREENSHOTS=$(CURDIR)/docs go test . -run TestScreenshots -count=1 -v
 
 quickstart:
 	go run ./examples/quickstart

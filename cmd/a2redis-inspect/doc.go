@@ -4,6 +4,7 @@
 // server (everything is read page by page, each page a short call of its
 // own, so even a session of millions of heads never stalls production),
 // safe (every command but redrive only reads, and redrive asks first;
+// serve only reads unless started with --allow-writes;
 // tail -f sets only the session's expiring 'followed' mark, which makes
 // appends publish their wake-ups) and
 // scriptable (--json, exit codes).
@@ -31,6 +32,7 @@
 //	presence SESSION                live presence fields
 //	workers                         live worker processes: host, pid, heartbeat, consumers, in flight, held heads
 //	ready                           sessions with work (the ready index) per shard, and since when; --stats per shard
+//	serve                           the web dashboard (see Dashboard)
 //
 // Command flags:
 //
@@ -143,6 +145,40 @@
 // heartbeat; HELD counts the heads it holds and HEADS names the first few
 // (JSON: up to 100).
 //
+// # Dashboard
+//
+// serve serves a web dashboard on --addr (default 127.0.0.1:8080), rendered
+// on the server with html/template, its CSS and JS embedded in the binary
+// (no CDN; works offline):
+//
+//	/                      overview: the ready index per shard (due, held,
+//	                       oldest ready age), sessions with work and their
+//	                       dead letters, sessions with dead letters among the
+//	                       first scan page, lag per consumer, workers alive;
+//	                       refreshes every 5 s
+//	/sessions?q=PREFIX     sessions whose id starts with PREFIX (SCAN, never
+//	                       KEYS; ≤ 100 a page, "more…" resumes the scan)
+//	/session?id=SESSION    cursors, dead letters (Retry / Skip, single or
+//	                       bulk, each confirmed on a page of its own),
+//	                       presence, a live tail (server-sent events from
+//	                       /session/tail, through the wake-up feed, as tail
+//	                       -f), the log (50 events a page, payloads
+//	                       pretty-printed, causes linked to their head)
+//	/workers               live workers, what they hold, heartbeat age
+//
+// Flags: --addr HOST:PORT, --allow-writes (enable redrive; the dashboard is
+// read-only without it and refuses every POST with 403; like tail -f, an
+// open live tail keeps only the session's expiring 'followed' mark set), --token T (every
+// request must carry Authorization: Bearer T or the basic-auth password T;
+// 401 otherwise). Binding an address other than loopback without --token
+// is refused (exit 2). A write is a POST carrying the process's CSRF token
+// in a hidden field, refused (403) without it, or when Origin names another
+// host or Sec-Fetch-Site is neither same-origin nor none. Every request does
+// a bounded amount of Redis work whatever the data size: one store page
+// call of at most 100 items per list (a cursor list reads on past the end
+// of one kind of cursor, 4 calls at most), one bounded SCAN page (10 calls
+// at most) for a search.
+//
 // # Exit codes
 //
 //	0  ok (tail -f ended with Ctrl-C included; info and sessions on a
@@ -165,4 +201,6 @@
 //	a2redis-inspect redrive order-42 --all --consumer mailer --retry --yes
 //	a2redis-inspect workers
 //	a2redis-inspect ready --stats
+//	a2redis-inspect serve --allow-writes
+//	a2redis-inspect serve --addr 0.0.0.0:8080 --token "$DASH_TOKEN"
 package main

@@ -147,6 +147,7 @@ func commands() []command {
 		presenceCommand(),
 		workersCommand(),
 		readyCommand(),
+		serveCommand(),
 	}
 }
 

@@ -239,8 +239,7 @@ func optionalInt(m rueidis.RedisMessage) (int64, error) {
 // page at a time, and hands fn the session ids of each page that match the
 // glob (empty: all). fn's error stops the scan and is returned.
 func (a *app) eachSessionPage(ctx context.Context, match string, fn func([]string) error) error {
-	head, tail := logKeyShape(a.opts.prefix)
-	pattern := escapeGlob(head) + pushdownGlob(match) + escapeGlob(tail)
+	pattern := a.sessionPattern(match)
 	nodes, err := a.scanNodes(ctx)
 	if err != nil {
 		return err
@@ -251,30 +250,48 @@ func (a *app) eachSessionPage(ctx context.Context, match string, fn func([]strin
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			cctx, cancel := a.call(ctx)
-			entry, err := n.client.Do(cctx, n.client.B().Scan().Cursor(cursor).Match(pattern).Count(int64(a.scanCount())).Build()).AsScanEntry()
-			cancel()
+			page, next, err := a.scanStep(ctx, n, cursor, a.scanCount(), pattern, match)
 			if err != nil {
-				return fmt.Errorf("SCAN on %s: %w", n.addr, err)
-			}
-			page := make([]string, 0, len(entry.Elements))
-			for _, key := range entry.Elements {
-				session, ok := keys.SessionOfLogKey(a.opts.prefix, key)
-				if ok && (match == "" || globMatch(match, session)) {
-					page = append(page, session)
-				}
+				return err
 			}
 			if len(page) > 0 {
 				if err := fn(page); err != nil {
 					return err
 				}
 			}
-			if cursor = entry.Cursor; cursor == 0 {
+			if cursor = next; cursor == 0 {
 				break
 			}
 		}
 	}
 	return nil
+}
+
+// sessionPattern is the SCAN MATCH pattern of the log keys of the sessions
+// matching the glob (empty: all).
+func (a *app) sessionPattern(match string) string {
+	head, tail := logKeyShape(a.opts.prefix)
+	return escapeGlob(head) + pushdownGlob(match) + escapeGlob(tail)
+}
+
+// scanStep makes one SCAN call (COUNT count) on n from cursor and returns
+// the session ids it found that match the glob, and the next cursor (0:
+// done).
+func (a *app) scanStep(ctx context.Context, n node, cursor uint64, count int, pattern, match string) ([]string, uint64, error) {
+	cctx, cancel := a.call(ctx)
+	entry, err := n.client.Do(cctx, n.client.B().Scan().Cursor(cursor).Match(pattern).Count(int64(count)).Build()).AsScanEntry()
+	cancel()
+	if err != nil {
+		return nil, 0, fmt.Errorf("SCAN on %s: %w", n.addr, err)
+	}
+	page := make([]string, 0, len(entry.Elements))
+	for _, key := range entry.Elements {
+		session, ok := keys.SessionOfLogKey(a.opts.prefix, key)
+		if ok && (match == "" || globMatch(match, session)) {
+			page = append(page, session)
+		}
+	}
+	return page, entry.Cursor, nil
 }
 
 // node is one server to scan.
