@@ -151,8 +151,14 @@ func TestConcurrencyBounds(t *testing.T) {
 			e.append(fmt.Sprintf("s%d", i), batch...)
 		}
 		e.eventually("all handled", func() bool { return done.Load() == 2*sessions*perSession && e.idle() })
-		assert.Equal(t, int64(concurrency), peak.Load(), "the worker ran Concurrency handlers at once, never more")
-		assert.Equal(t, int64(slowLimit), slowPeak.Load(), "the slow consumer ran MaxInFlight handlers at once, never more")
+		// Never more than the bounds; more at once than one consumer's
+		// bound allows (how close the peak comes to Concurrency depends on
+		// the machine's speed: a loaded one reached 5 of 6).
+		t.Logf("peak %d of %d, slow peak %d of %d", peak.Load(), concurrency, slowPeak.Load(), slowLimit)
+		assert.LessOrEqual(t, peak.Load(), int64(concurrency), "the worker never ran more than Concurrency handlers at once")
+		assert.Greater(t, peak.Load(), int64(slowLimit), "handlers of both consumers ran at once")
+		assert.LessOrEqual(t, slowPeak.Load(), int64(slowLimit), "the slow consumer never ran more than MaxInFlight handlers at once")
+		assert.Positive(t, slowPeak.Load())
 	})
 }
 
