@@ -633,11 +633,7 @@ func a2LatencyClaim(ctx context.Context, h *harness, n int) (Measurement, error)
 		return Measurement{}, err
 	}
 	start := time.Now()
-	achieved, err := atRate(ctx, h.opts.Rate, n, func(ctx context.Context, i int) error {
-		sent[i].Store(max(clk.now(), 1))
-		_, err := st.Append(ctx, session, []a2redis.Event{{ID: "e" + strconv.Itoa(i), Type: "order.placed", Payload: payload, Targets: []a2redis.Target{{Consumer: a2Consumer}}}}, redisstore.AppendOptions{})
-		return err
-	})
+	achieved, err := appendAtRate(ctx, h, st, session, n, sent, clk)
 	if err != nil {
 		return Measurement{}, err
 	}

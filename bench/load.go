@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
 )
 
 // payload is every event's body (the one redisstore's own benchmarks use).
@@ -165,4 +169,15 @@ func (h *harness) appended(ctx context.Context, ph *phase, mem0 float64, n int, 
 		Latency: rec.latency(label),
 		Cost:    cost, MemRetained: (mem1 - mem0) / float64(n),
 	}, nil
+}
+
+// appendAtRate appends n one-event batches (ids e0, e1, …, each targeting
+// the a2 consumer's event cursor) to session at the run's fixed rate,
+// stamping each event's send time in sent: the latency scenarios' load.
+func appendAtRate(ctx context.Context, h *harness, st *redisstore.Store, session string, n int, sent stamps, clk clock) (float64, error) {
+	return atRate(ctx, h.opts.Rate, n, func(ctx context.Context, i int) error {
+		sent[i].Store(max(clk.now(), 1))
+		_, err := st.Append(ctx, session, []a2redis.Event{{ID: "e" + strconv.Itoa(i), Type: "order.placed", Payload: payload, Targets: []a2redis.Target{{Consumer: a2Consumer}}}}, redisstore.AppendOptions{})
+		return err
+	})
 }
