@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,18 +205,6 @@ func cursorLines(cs []a2redis.Cursor) []string {
 // ---------------------------------------------------------------------------
 // Looking at the keys.
 
-// escapeGlob escapes SCAN MATCH's glob characters.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // nodes returns a client per node of the target (one for a single server),
 // sorted by address.
 func nodes(c rueidis.Client) []rueidis.Client {
@@ -239,7 +226,7 @@ func nodes(c rueidis.Client) []rueidis.Client {
 // escaped.
 func (e *env) sessionKeys(session string) map[int][]string {
 	e.t.Helper()
-	pattern := escapeGlob(keys.For(e.prefix, session).Base()) + "*"
+	pattern := keys.EscapeGlob(keys.For(e.prefix, session).Base()) + "*"
 	out := map[int][]string{}
 	for i, c := range nodes(e.client) {
 		var cursor uint64

@@ -279,3 +279,18 @@ func SessionOfLogKey(prefix, key string) (string, bool) {
 	}
 	return session, true
 }
+
+// EscapeGlob escapes the characters SCAN MATCH gives a meaning to ('*',
+// '?', '[', ']', '\'), so that the result, used as a pattern, matches only
+// s itself: for building a SCAN pattern from a prefix or a [Session.Base].
+func EscapeGlob(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

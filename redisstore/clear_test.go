@@ -11,6 +11,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/scripts"
+	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -32,7 +33,7 @@ func appendN(t *testing.T, e *env, session string, n int, mk func(i int) a2redis
 // sessionKeys lists every key of a session (SCAN over every node).
 func sessionKeys(t *testing.T, e *env, session string) []string {
 	t.Helper()
-	pattern := escapeGlob(keysFor(e, session).Base()) + "*"
+	pattern := keys.EscapeGlob(keysFor(e, session).Base()) + "*"
 	var out []string
 	for _, c := range nodes(e.client) {
 		var cursor uint64

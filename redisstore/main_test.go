@@ -1,8 +1,6 @@
 package redisstore_test
 
 import (
-	"strings"
-
 	"context"
 	"github.com/a2redis/a2redis/keys"
 	"testing"
@@ -54,18 +52,6 @@ func each(t *testing.T, fn func(t *testing.T, e *env)) {
 }
 
 func keysFor(e *env, session string) keys.Session { return keys.For(e.prefix, session) }
-
-// escapeGlob escapes SCAN MATCH's glob characters.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
 
 // nodes returns a client per node (one for a single server).
 func nodes(c rueidis.Client) []rueidis.Client {

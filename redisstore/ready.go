@@ -505,7 +505,7 @@ const repairPage = 1000
 func (s *Store) RepairReady(ctx context.Context) (RepairStats, error) {
 	var st RepairStats
 	pending := map[int][]readyUpdate{}
-	pattern := escapeGlob(s.cfg.Prefix) + ":{*}:listed"
+	pattern := keys.EscapeGlob(s.cfg.Prefix) + ":{*}:listed"
 	for _, node := range s.masters(ctx) {
 		var cursor uint64
 		for {
@@ -624,18 +624,6 @@ func (s *Store) masters(ctx context.Context) []rueidis.Client {
 		out = append(out, node)
 	}
 	return out
-}
-
-// escapeGlob escapes the characters SCAN MATCH gives a meaning to.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // TryRepairReady runs RepairReady unless another store on the prefix

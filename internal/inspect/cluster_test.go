@@ -11,6 +11,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -37,7 +38,7 @@ func TestClusterSessions(t *testing.T) {
 	for addr, node := range e.client.Nodes() {
 		var cursor uint64
 		for {
-			entry, err := node.Do(e.ctx, node.B().Scan().Cursor(cursor).Match(escapeGlob(head)+"*"+escapeGlob(tail)).Count(1000).Build()).AsScanEntry()
+			entry, err := node.Do(e.ctx, node.B().Scan().Cursor(cursor).Match(keys.EscapeGlob(head)+"*"+keys.EscapeGlob(tail)).Count(1000).Build()).AsScanEntry()
 			require.NoError(t, err)
 			perNode[addr] += len(entry.Elements)
 			if cursor = entry.Cursor; cursor == 0 {

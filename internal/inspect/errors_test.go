@@ -118,7 +118,7 @@ func TestMissingPrefixIsNotCreated(t *testing.T) {
 
 	var cursor uint64
 	for {
-		entry, err := client.Do(t.Context(), client.B().Scan().Cursor(cursor).Match(escapeGlob(prefix)+"*").Count(1000).Build()).AsScanEntry()
+		entry, err := client.Do(t.Context(), client.B().Scan().Cursor(cursor).Match(keys.EscapeGlob(prefix)+"*").Count(1000).Build()).AsScanEntry()
 		require.NoError(t, err)
 		assert.Empty(t, entry.Elements, "read commands wrote nothing under the prefix")
 		if cursor = entry.Cursor; cursor == 0 {

@@ -6,20 +6,6 @@ import (
 	"unicode/utf8"
 )
 
-// escapeGlob escapes the characters SCAN MATCH gives a meaning to, so s
-// matches only itself.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // pushdownGlob returns the part of a SCAN MATCH pattern that stands for the
 // session tag's contents when the user's glob is match: the glob itself
 // when it is made only of '*' and characters keys.Tag copies unchanged (so

@@ -48,7 +48,7 @@ func TestGlobMatch(t *testing.T) {
 	assert.Error(t, checkGlob("[abc"))
 	assert.Error(t, checkGlob(`a[\]`))
 	assert.NoError(t, checkGlob(`a[\]]*\[`))
-	assert.Equal(t, `a\*b\?c\[d\]e\\f`, escapeGlob(`a*b?c[d]e\f`))
+	assert.Equal(t, `a\*b\?c\[d\]e\\f`, keys.EscapeGlob(`a*b?c[d]e\f`))
 }
 
 func TestPushdownGlob(t *testing.T) {
@@ -71,7 +71,7 @@ func TestSessionOfLogKey(t *testing.T) {
 			got, ok := keys.SessionOfLogKey(prefix, keys.For(prefix, s).Log())
 			assert.True(t, ok, "%q", s)
 			assert.Equal(t, s, got)
-			assert.True(t, globMatch(escapeGlob(head)+pushdownGlob("")+escapeGlob(tail), keys.For(prefix, s).Log()), "the SCAN pattern matches %q", s)
+			assert.True(t, globMatch(keys.EscapeGlob(head)+pushdownGlob("")+keys.EscapeGlob(tail), keys.For(prefix, s).Log()), "the SCAN pattern matches %q", s)
 		}
 		// Other keys the pattern may catch are not log keys.
 		for _, key := range []string{

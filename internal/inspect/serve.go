@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/notify"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -407,7 +408,7 @@ const overviewLagSessions = 20
 func (d *dash) sessions(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix := q.Get("q")
-	match := escapeGlob(prefix) + "*"
+	match := keys.EscapeGlob(prefix) + "*"
 	ids, next, err := d.a.sessionScanPage(r.Context(), match, q.Get("after"), dashboardPage)
 	if err != nil {
 		d.fail(w, err)

@@ -271,7 +271,7 @@ func (a *app) eachSessionPage(ctx context.Context, match string, fn func([]strin
 // matching the glob (empty: all).
 func (a *app) sessionPattern(match string) string {
 	head, tail := logKeyShape(a.opts.prefix)
-	return escapeGlob(head) + pushdownGlob(match) + escapeGlob(tail)
+	return keys.EscapeGlob(head) + pushdownGlob(match) + keys.EscapeGlob(tail)
 }
 
 // scanStep makes one SCAN call (COUNT count) on n from cursor and returns
