@@ -109,6 +109,15 @@ func (s Session) Base() string { return s.base }
 // Count is the string key holding the session's head index.
 func (s Session) Count() string { return s.base + "count" }
 
+// Sentinel is a key of the session's slot that is never written. Every
+// script over the session declares it after the counter (KEYS[2]): while the
+// slot migrates between cluster nodes, Redis refuses a script that declares
+// a key missing on the node (TRYAGAIN, or ASK and then TRYAGAIN on the
+// importing node), so no script runs, and none can stop half-way at a key
+// that has already moved or read a key not yet moved as empty. Outside a
+// migration a missing declared key changes nothing.
+func (s Session) Sentinel() string { return s.base + "sentinel" }
+
 // Clear is the string key holding the index of the latest clear marker.
 func (s Session) Clear() string { return s.base + "clear" }
 

@@ -55,6 +55,10 @@ func (r Ready) Index() string { return r.base + "ready" }
 // older update is still refused).
 func (r Ready) Versions() string { return r.base + "ready-v" }
 
+// Sentinel is the shard's never-written key, declared by every script on the
+// shard for the reason given at [Session.Sentinel].
+func (r Ready) Sentinel() string { return r.base + "sentinel" }
+
 // WorkChannel is the pub/sub channel (not a key) announcing that a session
 // of this shard has work now; the message is the session id.
 func (r Ready) WorkChannel() string { return r.base + "work" }

@@ -18,3 +18,7 @@ func Worker(prefix, id string) string { return prefix + ":{" + WorkersTag + "}:w
 // time its record expires. Listing reads it in pages (no SCAN); members past
 // their expiry are pruned, a bounded number per write or read.
 func Workers(prefix string) string { return prefix + ":{" + WorkersTag + "}:workers" }
+
+// WorkersSentinel is the worker registry's never-written key, declared by
+// every script on the registry for the reason given at [Session.Sentinel].
+func WorkersSentinel(prefix string) string { return prefix + ":{" + WorkersTag + "}:sentinel" }

@@ -3,6 +3,7 @@
 -- and starts the cursor work the events carry.
 --
 -- KEYS[1]  the session counter; every other key is derived from it.
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds from the store's clock
 -- ARGV[2]  n, the number of events
 -- ARGV[3]  served consumers: '' for all, else JSON (see cursor.use_served)

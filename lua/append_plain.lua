@@ -18,6 +18,7 @@
 -- include/session's block_of, written out here).
 --
 -- KEYS[1]  the session counter; every other key is derived from it.
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds from the store's clock
 -- ARGV[2]  served consumers: '' for all, else a JSON list of [name]
 -- ARGV[3]  k, the number of batches

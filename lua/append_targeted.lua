@@ -8,6 +8,7 @@
 -- helpers alone cost it ~2k instructions per call).
 --
 -- KEYS[1]  the session counter; every other key is derived from it.
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds from the store's clock
 -- ARGV[2]  the event id (a generated one included)
 -- ARGV[3]  type

@@ -10,6 +10,7 @@
 -- handles the common case and hands the rest here with nothing written.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  holder
 -- ARGV[2]  now, epoch milliseconds
 -- ARGV[3]  claim expiry, epoch milliseconds

@@ -13,6 +13,7 @@
 -- the same way.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV     as claim's; ARGV[8] (excluded count) must be '0'
 --
 -- Replies: as claim's 'claimed' (every head fresh: { consumer, kind,

@@ -6,6 +6,7 @@
 -- The old entries stay in the log until reclaim deletes them.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds
 -- ARGV[2]  if-last index ('' for none): clear only when the head is this index
 -- ARGV[3]  cause consumer, or '' for a clear without a cause

@@ -7,6 +7,7 @@
 -- acknowledgement replays the committed events.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds
 -- ARGV[2]  consumer
 -- ARGV[3]  tag: '#' for an event cursor, 'L<lane>' for a lane or log cursor

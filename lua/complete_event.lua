@@ -4,6 +4,7 @@
 -- Same fence and replies as complete for that case.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds
 -- ARGV[2]  consumer
 -- ARGV[3]  head index

@@ -9,6 +9,7 @@
 -- complete_many would write the same.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV     as complete_many's: now, served (unused here), k, then per
 --          attempt consumer, tag ('#' or 'L<lane>'), head index, attempt;
 --          then, optionally, a holder and a claim expiry (epoch ms): claim

@@ -8,6 +8,7 @@
 -- and hands the rest here with nothing written.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds
 -- ARGV[2]  served consumers: '' for all, else JSON (see cursor.use_served)
 -- ARGV[3]  k, the number of attempts

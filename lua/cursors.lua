@@ -9,6 +9,7 @@
 -- no call holds the server long however many cursors the session has.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  limit: the most cursors the page lists
 -- ARGV[2]  where the page starts: 'h' (the cursors hash) or 'e' (the
 --          runnable set)

@@ -9,6 +9,7 @@
 -- out costs the server far more).
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  limit: the most heads the page lists
 -- ARGV[2]  the score the previous page's last member had ('' to start)
 -- ARGV[3]  the previous page's last member ('' to start)

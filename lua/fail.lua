@@ -5,6 +5,7 @@
 -- Reporting the same failure again is idempotent.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  consumer
 -- ARGV[2]  tag: '#' for an event cursor, 'L<lane>' for a lane or log cursor
 -- ARGV[3]  head index

@@ -5,6 +5,7 @@
 -- runs this until it replies '1', then runs the write again.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  the event type
 -- ARGV[2]  after: the index must hold every event of the type above it
 -- ARGV[3]  page size (stream entries read per call)

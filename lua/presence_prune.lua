@@ -4,6 +4,7 @@
 -- expire never deletes it after a concurrent write refreshed it.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now: the store clock, epoch milliseconds
 -- ARGV[2...] the hash fields (JSON [participant, field]) to check
 --

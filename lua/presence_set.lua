@@ -9,6 +9,7 @@
 -- per-entry `e` stamp (in the store's clock), which reads check.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  at: the sender's stamp, epoch milliseconds
 -- ARGV[2]  now: the store clock, epoch milliseconds
 -- ARGV[3]  ttl, milliseconds (positive)

@@ -12,6 +12,7 @@
 -- dropped, and a head snapshot from before it counts as absent.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  reducer name
 -- ARGV[2]  n, the number of writes, sorted by index, at most one per index
 -- then per write, from offset o (o = 3 for the first):

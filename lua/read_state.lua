@@ -5,6 +5,7 @@
 -- before the clear marker are ignored.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  reducer name
 -- ARGV[2]  the highest snapshot index wanted, or '' for the newest
 --

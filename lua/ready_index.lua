@@ -7,6 +7,7 @@
 --
 -- KEYS[1]  the shard's index zset (<prefix>:{r<n>}:ready); its versions hash
 --          (ready-v) is derived from it
+-- KEYS[2]  the shard's sentinel, never written (keys.Ready.Sentinel)
 -- ARGV[1]  the shard's work channel, or '' to announce nothing
 -- ARGV[2]  '1' to announce with SPUBLISH, else PUBLISH
 -- then per update: session, version, ready at (epoch ms; '' for no work),

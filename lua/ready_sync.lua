@@ -5,6 +5,7 @@
 -- a session the index listed as due gave it nothing.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds
 --
 -- Reply: { mark } with mark READY_MARK .. "<version>:<ready at>:<due>"

@@ -7,6 +7,7 @@
 -- on with the sweep, and a finished session does nothing.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  page size (entries per run)
 --
 -- Replies: { deleted, done } — entries this run removed, and 1 once nothing

@@ -3,6 +3,7 @@
 -- failures and makes it runnable again; 'skip' moves its cursor past it.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  consumer
 -- ARGV[2]  head index
 -- ARGV[3]  action: 'retry' or 'skip'

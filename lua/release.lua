@@ -7,6 +7,7 @@
 -- and its next claim counts no failure for this attempt.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  now, epoch milliseconds
 -- ARGV[2]  free again at (epoch ms), or '' for at once
 -- ARGV[3]  n, then per attempt: consumer, tag ('#' or 'L<lane>'), index,

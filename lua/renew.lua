@@ -5,6 +5,7 @@
 -- in neither list.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  holder
 -- ARGV[2]  now, epoch milliseconds
 -- ARGV[3]  new expiry, epoch milliseconds

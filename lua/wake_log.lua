@@ -8,6 +8,7 @@
 -- a missing cursor missing.
 --
 -- KEYS[1]  the session counter
+-- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
 -- ARGV[1]  consumer
 -- ARGV[2]  the log's lane
 -- ARGV[3]  types: '*' for every type, else a JSON list

@@ -4,6 +4,7 @@
 --
 -- KEYS[1]  the worker's record (<prefix>:{w}:worker:<id>)
 -- KEYS[2]  the listing zset (<prefix>:{w}:workers)
+-- KEYS[3]  the registry's sentinel, never written (keys.WorkersSentinel)
 -- ARGV[1]  the worker id
 -- ARGV[2]  now (epoch ms)
 -- ARGV[3]  the record's TTL in ms, or '0' to deregister

@@ -107,7 +107,7 @@ func (s *Store) applyReady(ctx context.Context, shard int, updates []readyUpdate
 			args = append(args, u.session, u.version, u.at, due)
 		}
 		script := scripts.All()["ready_index"]
-		if err := script.Lua(locking).Exec(ctx, s.client, []string{r.Index()}, args).Error(); err != nil {
+		if err := script.Lua(locking).Exec(ctx, s.client, []string{r.Index(), r.Sentinel()}, args).Error(); err != nil {
 			return fmt.Errorf("a2redis: updating ready index shard %d: %w", shard, err)
 		}
 		updates = updates[n:]
@@ -469,7 +469,7 @@ func (s *Store) resyncLost(ctx context.Context, session string) {
 	}
 	// One try, outside the retry wrapper: the connection just failed.
 	lua := scripts.All()["ready_sync"].Lua(locking)
-	msg, err := lua.Exec(ctx, s.client, []string{s.keys(session).Count()}, []string{itoa(s.now())}).ToMessage()
+	msg, err := lua.Exec(ctx, s.client, []string{s.keys(session).Count(), s.keys(session).Sentinel()}, []string{itoa(s.now())}).ToMessage()
 	if err != nil {
 		return
 	}

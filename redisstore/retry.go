@@ -20,6 +20,7 @@ const (
 	DefaultRetryAttempts     = 5
 	DefaultRetryMinBackoff   = 10 * time.Millisecond
 	DefaultRetryMaxBackoff   = 500 * time.Millisecond
+	DefaultRetryUnavailable  = 10 * time.Second
 	DefaultDurabilityTimeout = time.Second
 )
 
@@ -34,9 +35,16 @@ const (
 // Retries stop when the caller's context ends or its deadline is nearer
 // than the next backoff.
 type RetryPolicy struct {
-	// Attempts is the most tries of one command, the first included.
-	// Default DefaultRetryAttempts (5); 1 turns retrying off.
+	// Attempts is the most tries of one command, the first included,
+	// except that refusals go on for Unavailable. Default
+	// DefaultRetryAttempts (5); 1 turns retrying off, refusals included.
 	Attempts int
+	// Unavailable is how long the store keeps retrying a command the server
+	// refuses (a2redis.ErrUnavailable), counted from the first try, before
+	// it reports the refusal: long enough for a slot to migrate or a replica
+	// to take over. Default DefaultRetryUnavailable (10s). The caller's
+	// context still bounds it.
+	Unavailable time.Duration
 	// MinBackoff and MaxBackoff bound the wait before a retry: before the
 	// n-th retry a random time in [0, min(MaxBackoff, MinBackoff·2^(n-1))]
 	// ("full jitter"). Defaults DefaultRetryMinBackoff (10ms) and
@@ -79,11 +87,14 @@ func checkRetries(cfg *Config) error {
 	if r.Attempts < 0 {
 		return check.Invalid("Config.Retries.Attempts", "is negative (%d)", r.Attempts)
 	}
-	if r.MinBackoff < 0 || r.MaxBackoff < 0 || r.AttemptTimeout < 0 {
+	if r.MinBackoff < 0 || r.MaxBackoff < 0 || r.AttemptTimeout < 0 || r.Unavailable < 0 {
 		return check.Invalid("Config.Retries", "has a negative duration")
 	}
 	if r.Attempts == 0 {
 		r.Attempts = DefaultRetryAttempts
+	}
+	if r.Unavailable == 0 {
+		r.Unavailable = DefaultRetryUnavailable
 	}
 	if r.MinBackoff == 0 {
 		r.MinBackoff = DefaultRetryMinBackoff
@@ -170,6 +181,7 @@ func unavailableReply(msg string) bool {
 // again. It returns try's last error, typed by classify.
 func (s *Store) retrying(ctx context.Context, repeatable bool, try func(ctx context.Context) error) error {
 	p := s.cfg.Retries
+	start := time.Now()
 	for n := 1; ; n++ {
 		tryCtx, cancel := ctx, context.CancelFunc(func() {})
 		if p.AttemptTimeout > 0 {
@@ -181,7 +193,12 @@ func (s *Store) retrying(ctx context.Context, repeatable bool, try func(ctx cont
 			return nil
 		}
 		kind, err := classify(ctx, tryCtx, err)
-		if kind == final || (kind == unknown && !repeatable) || n >= p.Attempts {
+		switch {
+		case kind == final, kind == unknown && !repeatable, p.Attempts <= 1:
+			return err
+		case kind == unknown && n >= p.Attempts:
+			return err
+		case kind == refused && n >= p.Attempts && time.Since(start) >= p.Unavailable:
 			return err
 		}
 		wait := rand.N(min(p.MaxBackoff, p.MinBackoff<<min(n-1, 30)) + 1)
@@ -271,11 +288,11 @@ func (s *Store) doMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidi
 func (s *Store) execScript(ctx context.Context, lua *rueidis.Lua, readOnly bool, session string, args []string) (rueidis.RedisMessage, *a2redis.ReplicationError, error) {
 	k := s.keys(session)
 	if readOnly || !s.cfg.Durability.enabled() {
-		msg, err := lua.Exec(ctx, s.client, []string{k.Count()}, args).ToMessage()
+		msg, err := lua.Exec(ctx, s.client, []string{k.Count(), k.Sentinel()}, args).ToMessage()
 		return msg, nil, err
 	}
 	w := &waitingClient{Client: s.client, s: s, count: k.Count(), clear: k.Clear()}
-	msg, err := lua.Exec(ctx, w, []string{k.Count()}, args).ToMessage()
+	msg, err := lua.Exec(ctx, w, []string{k.Count(), k.Sentinel()}, args).ToMessage()
 	if err != nil {
 		return msg, nil, err
 	}

@@ -103,3 +103,33 @@ func TestRetryingHonoursDeadline(t *testing.T) {
 	_ = s.retrying(context.Background(), false, func(context.Context) error { tries++; return errors.New("connection reset") })
 	assert.Equal(t, 1, tries, "an unknown outcome is not retried for an operation that is not repeatable")
 }
+
+// Refusals (nothing ran) are retried past Attempts until Unavailable has
+// passed; unknown outcomes stop at Attempts.
+func TestRetryingRefusalsLastUnavailable(t *testing.T) {
+	t.Parallel()
+	client := redistest.Server(t)
+	refusal := client.Do(context.Background(), client.B().Eval().Script("return redis.error_reply(ARGV[1])").Numkeys(0).
+		Arg("TRYAGAIN Multiple keys request during rehashing of slot").Build()).Error()
+	require.Error(t, refusal)
+	s := &Store{cfg: Config{Retries: RetryPolicy{Attempts: 3, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, Unavailable: 100 * time.Millisecond}}}
+	tries, start := 0, time.Now()
+	err := s.retrying(context.Background(), true, func(context.Context) error { tries++; return refusal })
+	require.ErrorIs(t, err, a2redis.ErrUnavailable)
+	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "refusals stopped before Unavailable passed")
+	assert.Greater(t, tries, 3, "refusals stopped at Attempts")
+	// A refusal that clears in time is a success.
+	tries = 0
+	err = s.retrying(context.Background(), false, func(context.Context) error {
+		if tries++; tries < 10 {
+			return refusal
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 10, tries)
+	tries = 0
+	err = s.retrying(context.Background(), true, func(context.Context) error { tries++; return errors.New("connection reset") })
+	require.Error(t, err)
+	assert.Equal(t, 3, tries, "unknown outcomes stop at Attempts")
+}

@@ -127,7 +127,7 @@ func (s *Store) workerBeat(ctx context.Context, id string, now, ttl int64, recor
 		return err
 	}
 	lua := scripts.All()["worker_beat"].Lua(locking)
-	k := []string{keys.Worker(s.cfg.Prefix, id), keys.Workers(s.cfg.Prefix)}
+	k := []string{keys.Worker(s.cfg.Prefix, id), keys.Workers(s.cfg.Prefix), keys.WorkersSentinel(s.cfg.Prefix)}
 	args := []string{id, itoa(now), itoa(ttl), record, itoa(workerPrune)}
 	// Repeatable: the same call again writes the same record and expiry.
 	return s.retrying(ctx, true, func(ctx context.Context) error {

@@ -5,6 +5,8 @@
 -- KEYS[1] is always the session's counter (<prefix>:{<tag>}:count). Every
 -- other key of the session is derived from it and shares its hash tag, so a
 -- script stays in one cluster slot and, on Upstash, locks one session.
+-- KEYS[2] is the session's sentinel, a key never written: declared so that
+-- Redis refuses the script while the slot migrates (keys.Session.Sentinel).
 local COUNTER = KEYS[1]
 local SESSION = string.sub(COUNTER, 1, -6)
 local LOG, CLEAR, LIVE = SESSION .. 'log', SESSION .. 'clear', SESSION .. 'live'
