@@ -54,6 +54,11 @@
 //	sweep                string      "<clear index>:<phase>:<cursor>": how far
 //	                                 the sweep of a past lifetime got (only
 //	                                 while one is due or under way)
+//	sweep-drop           set         reducers a sweep left empty, on their way
+//	                                 out of snap-reducers (only during a sweep)
+//	sentinel             (never)     never written; declared by every script so
+//	                                 Redis refuses scripts while the slot
+//	                                 migrates (see Session.Sentinel)
 //	followed             string      set (with an expiry) while a reader follows
 //	                                 the notify channel; plain appends publish
 //	                                 their wake-ups only while it exists

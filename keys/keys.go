@@ -201,6 +201,10 @@ func (s Session) Live() string { return s.base + "live" }
 // is due or under way.
 func (s Session) Sweep() string { return s.base + "sweep" }
 
+// SweepDrop is the set of reducer names a sweep found left with nothing, on
+// their way out of [Session.SnapReducers]; it exists only during a sweep.
+func (s Session) SweepDrop() string { return s.base + "sweep-drop" }
+
 // Followed is the string key that marks the session as followed: readers
 // of its notify channel (notify.Feed, notify.SessionWatcher) set it, with
 // an expiry (PX), before they subscribe and refresh it while they follow.

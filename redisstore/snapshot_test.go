@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -334,6 +336,54 @@ func TestReadStateThrough(t *testing.T) {
 			assert.Equal(t, want, st.SnapshotIndex, "through %d", through)
 			assert.Equal(t, jsonInt(want), string(st.Snapshot), "through %d", through)
 			assert.Equal(t, int64(6), st.Head)
+		}
+	})
+}
+
+// A session with more reducers than one sweep call's budget sweeps their
+// checkpoints and pins over several calls, and ends with nothing of the
+// old lifetime.
+func TestReclaimSweepsManyReducersInPages(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		const reducers = 1200
+		appendN(t, e, "s", 1, targeted("c", "x"))
+		for i := range reducers {
+			require.NoError(t, e.store.PutSnapshots(e.ctx, "s", "r"+strconv.Itoa(i), []redisstore.SnapshotWrite{
+				snap(1, `1`, a2redis.HeadRef{Consumer: "c", Lane: "x", Index: 1}),
+			}))
+		}
+		k := keysFor(e, "s")
+		count := func(cmd rueidis.Completed) int64 {
+			n, err := e.client.Do(e.ctx, cmd).AsInt64()
+			require.NoError(t, err)
+			return n
+		}
+		registry := k.Base() + "snap-reducers"
+		require.Equal(t, int64(reducers), count(e.client.B().Scard().Key(registry).Build()))
+		_, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		// Script calls until the sweep is done: "1" done, "s" it goes on.
+		script := scripts.All()["reclaim"].Lua(false)
+		calls := 0
+		for {
+			reply, err := script.Exec(e.ctx, e.client, []string{k.Count(), k.Sentinel()}, []string{strconv.Itoa(redisstore.ReclaimPageSize)}).ToArray()
+			require.NoError(t, err)
+			require.Len(t, reply, 2)
+			calls++
+			if state, _ := reply[1].ToString(); state == "s" {
+				require.Less(t, calls, 100, "the sweep never finished")
+				continue
+			}
+			n, err := reply[1].AsInt64()
+			require.NoError(t, err)
+			require.Equal(t, int64(1), n)
+			break
+		}
+		// 1200 reducers, then as many drops, in pieces of about 500.
+		assert.GreaterOrEqual(t, calls, 4, "the reducers swept in one call")
+		assert.Equal(t, int64(0), count(e.client.B().Exists().Key(registry, k.Base()+"pins").Build()), "the registry and the pins went")
+		for _, key := range sessionKeys(t, e, "s") {
+			assert.NotContains(t, key, ":snap", "left behind")
 		}
 	})
 }

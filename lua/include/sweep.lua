@@ -13,12 +13,15 @@
 -- says a sweep is due or under way, as '<marker>:<phase>:<cursor>': reclaim
 -- sets it when it deletes log entries, each call goes on from there, and
 -- the call that finishes deletes it; a key naming an older marker (a newer
--- clear came) is started over. The phases: 'r' checkpoints and pins, 't'
--- type-index entries, 'c' the head chunks below the marker's chunk
+-- clear came) is started over. The phases: 'r' reducer checkpoints (cursor:
+-- an SSCAN cursor), 'd' the reducers left empty, out of the registry (the
+-- drop set, SESSION..'sweep-drop', holds them meanwhile), 'p' the pin counts
+-- naming old checkpoints (an HSCAN cursor), 't' type-index entries, 'c' the head chunks below the marker's chunk
 -- (cursor: the next chunk), 'b' the rows below the marker in its chunk and
 -- 'k' the cursor records (cursor: an HSCAN cursor), 'z' the collapse.
 
 local SWEEP, SWEEP_BUDGET = SESSION .. 'sweep', 500
+local REDUCERS, DROP = SESSION .. 'snap-reducers', SESSION .. 'sweep-drop'
 local sweep_key_found = false
 
 -- The phase and cursor of the sweep due for the current marker, or nil.
@@ -37,11 +40,20 @@ local function sweep_due()
   sweep_key_found = true
 end
 
--- Reducer checkpoints of past lifetimes and the pin counts naming them
--- (a session has few reducers and few pinned checkpoints).
-local function sweep_snapshots()
-  local reducers = SESSION .. 'snap-reducers'
-  for _, reducer in ipairs(redis.call('SMEMBERS', reducers)) do
+-- Whether reducer has nothing left: no checkpoint and no history.
+local function reducer_empty(reducer)
+  return redis.call('EXISTS', SESSION .. 'snap:' .. reducer, SESSION .. 'snap-history:' .. reducer) == 0
+end
+
+-- One SSCAN step (about `budget` reducers) of the reducer registry from
+-- `cursor`: checkpoints of past lifetimes go, and a reducer with nothing
+-- left joins the drop set (removing members while scanning would make a
+-- server whose cursor is an offset, miniredis, skip some). Returns the
+-- reducers read and the next cursor ('0': done).
+local function sweep_reducers(cursor, budget)
+  local step = redis.call('SSCAN', REDUCERS, cursor, 'COUNT', int(budget))
+  local empty = {}
+  for _, reducer in ipairs(step[2]) do
     local head_key = SESSION .. 'snap:' .. reducer
     local head = redis.call('GET', head_key)
     -- Snapshots store their index first: read it by pattern (cjson refuses
@@ -49,21 +61,38 @@ local function sweep_snapshots()
     local index = head and tonumber(string.match(head, '^{"index":(%d+),') or '')
     if head and (not index or index < boundary) then
       redis.call('DEL', head_key)
-      head = false
     end
-    local history = SESSION .. 'snap-history:' .. reducer
-    redis.call('ZREMRANGEBYSCORE', history, '-inf', '(' .. int(boundary))
-    -- A reducer with nothing left of the new lifetime leaves the registry.
-    if not head and redis.call('EXISTS', history) == 0 then
-      redis.call('SREM', reducers, reducer)
-    end
+    redis.call('ZREMRANGEBYSCORE', SESSION .. 'snap-history:' .. reducer, '-inf', '(' .. int(boundary))
+    if reducer_empty(reducer) then empty[#empty + 1] = reducer end
   end
-  local counts = redis.call('HGETALL', PINS)
+  sliced('SADD', DROP, empty)
+  return #step[2], step[1]
+end
+
+-- Takes up to `budget` reducers out of the drop set and out of the
+-- registry, unless a snapshot came for one since it was scanned. Returns
+-- how many, and whether the drop set is empty.
+local function sweep_drop(budget)
+  local taken = redis.call('SPOP', DROP, int(budget))
+  local gone = {}
+  for _, reducer in ipairs(taken) do
+    if reducer_empty(reducer) then gone[#gone + 1] = reducer end
+  end
+  sliced('SREM', REDUCERS, gone)
+  return #taken, #taken < budget
+end
+
+-- One HSCAN step (about `budget` fields) of the pin counts from `cursor`,
+-- deleting those naming checkpoints of past lifetimes. Returns the fields
+-- read and the next cursor ('0': done).
+local function sweep_pins(cursor, budget)
+  local step = redis.call('HSCAN', PINS, cursor, 'COUNT', int(budget))
   local stale = {}
-  for i = 1, #counts, 2 do
-    if tonumber(cjson.decode(counts[i])[2]) < boundary then stale[#stale + 1] = counts[i] end
+  for i = 1, #step[2], 2 do
+    if tonumber(cjson.decode(step[2][i])[2]) < boundary then stale[#stale + 1] = step[2][i] end
   end
   sliced('HDEL', PINS, stale)
+  return #step[2] / 2, step[1]
 end
 
 -- Removes up to `budget` type-index entries below the marker; returns how
@@ -197,8 +226,15 @@ local function sweep_run(phase, cursor)
     end
     local budget = SWEEP_BUDGET - used
     if phase == 'r' then
-      sweep_snapshots()
-      phase = 't'
+      n, cursor = sweep_reducers(cursor, budget)
+      if cursor == '0' then phase = 'd' end
+    elseif phase == 'd' then
+      local done
+      n, done = sweep_drop(budget)
+      if done then phase = 'p' end
+    elseif phase == 'p' then
+      n, cursor = sweep_pins(cursor, budget)
+      if cursor == '0' then phase = 't' end
     elseif phase == 't' then
       local done
       n, done = sweep_types(budget)
