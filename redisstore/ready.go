@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -75,7 +76,89 @@ func (s *Store) noteReady(ctx context.Context, session, mark string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReadyWait)
 	defer cancel()
-	_ = s.applyReady(ctx, keys.ReadyShard(session, s.cfg.ReadyShards), []readyUpdate{u})
+	shard := keys.ReadyShard(session, s.cfg.ReadyShards)
+	// Refusals (the shard's slot migrating) are retried within ReadyWait;
+	// ready_index applies only newer versions, so a repeat is harmless.
+	err := s.retrying(ctx, true, func(ctx context.Context) error {
+		return s.applyReady(ctx, shard, []readyUpdate{u})
+	})
+	if err != nil {
+		s.late.keep(shard, u)
+		return
+	}
+	s.flushLate(ctx)
+}
+
+// lateReadyLimit bounds the updates a store keeps for shards it could not
+// reach; beyond it the oldest are left to RepairReady.
+const lateReadyLimit = 10000
+
+// lateReady holds the newest update per session that could not be sent
+// (its shard's slot migrating, a failover), to send again with the next
+// update that gets through.
+type lateReady struct {
+	mu      sync.Mutex
+	pending map[int]map[string]readyUpdate
+	n       atomic.Int64
+}
+
+func (l *lateReady) keep(shard int, u readyUpdate) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == nil {
+		l.pending = map[int]map[string]readyUpdate{}
+	}
+	m := l.pending[shard]
+	if m == nil {
+		m = map[string]readyUpdate{}
+		l.pending[shard] = m
+	}
+	if old, ok := m[u.session]; ok {
+		if newerVersion(old.version, u.version) {
+			return
+		}
+	} else if l.n.Load() >= lateReadyLimit {
+		return
+	} else {
+		l.n.Add(1)
+	}
+	m[u.session] = u
+}
+
+// take removes and returns every kept update.
+func (l *lateReady) take() map[int]map[string]readyUpdate {
+	if l.n.Load() == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pending
+	l.pending = nil
+	l.n.Store(0)
+	return p
+}
+
+// newerVersion reports whether version a is newer than b (decimal strings).
+func newerVersion(a, b string) bool {
+	x, errA := strconv.ParseInt(a, 10, 64)
+	y, errB := strconv.ParseInt(b, 10, 64)
+	return errA == nil && errB == nil && x > y
+}
+
+// flushLate sends the updates kept for shards that could not be reached;
+// those that fail again are kept again.
+func (s *Store) flushLate(ctx context.Context) {
+	for shard, m := range s.late.take() {
+		updates := make([]readyUpdate, 0, len(m))
+		for _, u := range m {
+			updates = append(updates, u)
+		}
+		if s.applyReady(ctx, shard, updates) != nil {
+			for _, u := range updates {
+				s.late.keep(shard, u)
+			}
+		}
+	}
 }
 
 // readyBatch is how many session updates one ready_index call carries.
@@ -348,6 +431,8 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	if req.TTL <= 0 {
 		return ClaimNextResult{}, check.Invalid("TTL", "must be positive (got %v)", req.TTL)
 	}
+	// Updates a shard refused earlier go before the index is read.
+	s.flushLate(ctx)
 	claim := func(session string) (ClaimResult, error) {
 		return s.claimAvailable(ctx, ClaimRequest{
 			Session: session, Holder: req.Holder, TTL: req.TTL, Exclude: req.Exclude,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -132,4 +133,27 @@ func TestRetryingRefusalsLastUnavailable(t *testing.T) {
 	err = s.retrying(context.Background(), true, func(context.Context) error { tries++; return errors.New("connection reset") })
 	require.Error(t, err)
 	assert.Equal(t, 3, tries, "unknown outcomes stop at Attempts")
+}
+
+// Ready-index updates a shard could not take are kept, newest version per
+// session, within a bound, and taken back in one piece.
+func TestLateReadyKeepsTheNewest(t *testing.T) {
+	t.Parallel()
+	var l lateReady
+	assert.Nil(t, l.take())
+	l.keep(1, readyUpdate{session: "a", version: "3", at: "30"})
+	l.keep(1, readyUpdate{session: "a", version: "2", at: "20"})
+	l.keep(1, readyUpdate{session: "b", version: "1", at: ""})
+	l.keep(2, readyUpdate{session: "a", version: "4", at: "40"})
+	l.keep(1, readyUpdate{session: "b", version: "5", at: "50", due: true})
+	got := l.take()
+	assert.Equal(t, map[int]map[string]readyUpdate{
+		1: {"a": {session: "a", version: "3", at: "30"}, "b": {session: "b", version: "5", at: "50", due: true}},
+		2: {"a": {session: "a", version: "4", at: "40"}},
+	}, got)
+	assert.Nil(t, l.take(), "taken")
+	for i := range lateReadyLimit + 10 {
+		l.keep(0, readyUpdate{session: strconv.Itoa(i), version: "1"})
+	}
+	assert.Len(t, l.take()[0], lateReadyLimit)
 }

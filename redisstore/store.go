@@ -137,6 +137,7 @@ type Store struct {
 
 	coalesce coalescer
 	skips    skipCache
+	late     lateReady
 }
 
 // New returns a store on client. It claims the prefix's layout (a prefix
