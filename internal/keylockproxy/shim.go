@@ -19,7 +19,7 @@ var keyPositions = map[string]string{
 	"ZADD": "first", "ZREM": "first", "ZRANGE": "first", "ZRANGEBYSCORE": "first", "ZREVRANGE": "first",
 	"ZREVRANGEBYSCORE": "first", "ZCOUNT": "first", "ZCARD": "first", "ZSCORE": "first", "ZMSCORE": "first",
 	"ZREMRANGEBYSCORE": "first", "ZINCRBY": "first", "ZRANK": "first", "ZREVRANK": "first", "ZREMRANGEBYRANK": "first",
-	"SMEMBERS": "first", "SADD": "first", "SREM": "first", "SCARD": "first", "SISMEMBER": "first",
+	"SMEMBERS": "first", "SADD": "first", "SREM": "first", "SCARD": "first", "SISMEMBER": "first", "SSCAN": "first", "SPOP": "first",
 	"PUBLISH": "none",
 }
 
