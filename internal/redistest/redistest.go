@@ -575,7 +575,16 @@ func ClusterAddrs(t testing.TB) []string {
 	}
 	requireBinaries(t, "redis-server", "redis-cli")
 	cluster.once.Do(func() {
-		cluster.addrs, cluster.err = startCluster()
+		dir, err := tempDir("redistest-cluster-")
+		if err != nil {
+			cluster.err = err
+			return
+		}
+		procs, err := startCluster(dir)
+		for _, p := range procs {
+			cluster.addrs = append(cluster.addrs, p.addr)
+		}
+		cluster.err = err
 	})
 	if cluster.err != nil {
 		t.Fatalf("redistest: shared cluster: %v", cluster.err)
@@ -583,12 +592,12 @@ func ClusterAddrs(t testing.TB) []string {
 	return append([]string(nil), cluster.addrs...)
 }
 
-func startCluster() (addrs []string, err error) {
-	dir, err := tempDir("redistest-cluster-")
-	if err != nil {
-		return nil, err
-	}
+// startCluster starts three redis-server processes in dir, joins them into
+// a 3-master cluster with `redis-cli --cluster create` and waits until every
+// node reports it healthy. On error every started process is stopped.
+func startCluster(dir string) (_ []*process, err error) {
 	var procs []*process
+	var addrs []string
 	defer func() {
 		if err != nil {
 			for _, p := range procs {
@@ -633,7 +642,7 @@ func startCluster() (addrs []string, err error) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	return addrs, nil
+	return procs, nil
 }
 
 // clusterReady reports whether a CLUSTER INFO reply shows a healthy cluster

@@ -1,0 +1,113 @@
+package redistest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis/internal/redistest"
+)
+
+// A private cluster: KeySlot agrees with the server, MigrateSlot moves a
+// slot's keys (they stay readable through the cluster client) and reports a
+// key already on the importing node as BUSYKEY, and Reshard moves slots with
+// redis-cli.
+func TestSpawnClusterMovesSlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	t.Parallel()
+	cl := redistest.SpawnCluster(t)
+	c := cl.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.Len(t, cl.Addrs(), 3)
+	require.Len(t, cl.NodeIDs(), 3)
+
+	prefix := redistest.Prefix(t)
+	for i := range 20 {
+		key := fmt.Sprintf("%s:{t%d}:k", prefix, i)
+		slot, err := c.Do(ctx, c.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+		require.NoError(t, err)
+		assert.Equal(t, int(slot), redistest.KeySlot(key), key)
+	}
+	assert.Equal(t, redistest.KeySlot("plain"), redistest.KeySlot("x{plain}y"))
+	assert.Equal(t, redistest.KeySlot("{}a"), redistest.KeySlot("{}a"), "an empty tag hashes the whole key")
+
+	// Ten keys of one slot, moved one by one.
+	tag := prefix + "-m"
+	slot := redistest.KeySlot("{" + tag + "}")
+	for i := range 10 {
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(fmt.Sprintf("{%s}:%d", tag, i)).Value(fmt.Sprint(i)).Build()).Error())
+	}
+	from, err := cl.Owner(ctx, slot)
+	require.NoError(t, err)
+	to := cl.Addrs()[0]
+	if to == from {
+		to = cl.Addrs()[1]
+	}
+	moved := 0
+	st, err := cl.MigrateSlot(ctx, slot, to, redistest.MigrateOptions{Pause: time.Millisecond, OnKey: func(string) { moved++ }})
+	require.NoError(t, err)
+	assert.Equal(t, redistest.MigrateStats{From: from, To: to, Keys: 10, Rounds: 1}, st)
+	assert.Equal(t, 10, moved)
+	owner, err := cl.Owner(ctx, slot)
+	require.NoError(t, err)
+	assert.Equal(t, to, owner)
+	for i := range 10 {
+		v, err := c.Do(ctx, c.B().Get().Key(fmt.Sprintf("{%s}:%d", tag, i)).Build()).ToString()
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprint(i), v)
+	}
+	_, err = cl.MigrateSlot(ctx, slot, to, redistest.MigrateOptions{})
+	require.Error(t, err, "the slot already is there")
+
+	// A key created on the importing node while the source still has it.
+	node := func(addr string) rueidis.Client {
+		n, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+		require.NoError(t, err)
+		t.Cleanup(n.Close)
+		return n
+	}
+	back := node(from)
+	require.NoError(t, back.Do(ctx, back.B().Arbitrary("CLUSTER", "SETSLOT").Args(fmt.Sprint(slot), "IMPORTING", cl.NodeID(to)).Build()).Error())
+	for _, r := range back.DoMulti(ctx, back.B().Asking().Build(), back.B().Set().Key(fmt.Sprintf("{%s}:3", tag)).Value("twin").Build()) {
+		require.NoError(t, r.Error())
+	}
+	_, err = cl.MigrateSlot(ctx, slot, from, redistest.MigrateOptions{})
+	require.True(t, errors.Is(err, redistest.ErrBusyKey), "got %v", err)
+	open, err := cl.OpenSlots(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []int{slot}, open, "the failed move leaves its slot open")
+	// Close the slot again: drop the twin, both nodes stable.
+	for _, r := range back.DoMulti(ctx, back.B().Asking().Build(), back.B().Del().Key(fmt.Sprintf("{%s}:3", tag)).Build()) {
+		require.NoError(t, r.Error())
+	}
+	for _, n := range []rueidis.Client{back, node(to)} {
+		require.NoError(t, n.Do(ctx, n.B().Arbitrary("CLUSTER", "SETSLOT").Args(fmt.Sprint(slot), "STABLE").Build()).Error())
+	}
+
+	open, err = cl.OpenSlots(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, open)
+
+	// redis-cli moves 50 slots of another node.
+	ids := cl.NodeIDs()
+	before, err := cl.SlotsOf(ctx, ids[2])
+	require.NoError(t, err)
+	require.NoError(t, cl.Reshard(ctx, ids[2], ids[1], 50))
+	after, err := cl.SlotsOf(ctx, ids[2])
+	require.NoError(t, err)
+	assert.Len(t, after, len(before)-50)
+	for _, s := range before[:50] {
+		owner, err := cl.Owner(ctx, s)
+		require.NoError(t, err)
+		assert.Equal(t, cl.AddrOf(ids[1]), owner, "slot %d", s)
+	}
+}
