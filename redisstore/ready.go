@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -434,13 +436,26 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	// Updates a shard refused earlier go before the index is read.
 	s.flushLate(ctx)
 	claim := func(session string) (ClaimResult, error) {
-		return s.claimAvailable(ctx, ClaimRequest{
+		return s.claimAvailable(refusalsOnce(ctx), ClaimRequest{
 			Session: session, Holder: req.Holder, TTL: req.TTL, Exclude: req.Exclude,
 			Consumers: req.Consumers, MaxFailures: req.MaxFailures, Limit: req.Limit,
 		})
 	}
+	// A session the server refuses (its slot migrating) is passed over for
+	// the next one; the refusal is reported only when no session gave work.
+	var refused error
+	passOver := func(err error) bool {
+		if errors.Is(err, a2redis.ErrUnavailable) {
+			refused = cmp.Or(refused, err)
+			return true
+		}
+		return false
+	}
 	for _, session := range req.Sessions {
 		r, err := claim(session)
+		if passOver(err) {
+			continue
+		}
 		if err != nil {
 			return ClaimNextResult{}, err
 		}
@@ -498,6 +513,9 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	outcome := Settled
 	for _, cand := range due {
 		r, err := claim(cand.session)
+		if passOver(err) {
+			continue
+		}
 		if err != nil {
 			return ClaimNextResult{}, err
 		}
@@ -511,9 +529,12 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 			s.skips.add(cand.session, cand.at)
 			skipped = true
 		}
-		if err := s.resyncReady(ctx, cand.session); err != nil {
+		if err := s.resyncReady(refusalsOnce(ctx), cand.session); err != nil && !passOver(err) {
 			return ClaimNextResult{}, err
 		}
+	}
+	if refused != nil {
+		return ClaimNextResult{}, refused
 	}
 	res := ClaimNextResult{ClaimResult: ClaimResult{Outcome: outcome}}
 	if skipped {

@@ -131,10 +131,12 @@ const (
 	unknown
 )
 
-// The server replies meaning "not now" (a2redis.ErrUnavailable). The
-// "non local key" error is a script's: its KEYS[1] is on this node but a
-// key it reaches has already migrated. Scripts touch every key before
-// their first write, so such a script wrote nothing.
+// The server replies meaning "not now" (a2redis.ErrUnavailable): each is
+// sent before the command runs. The "non local key" error is a script's
+// that reached a key its node does not hold; the store's scripts declare
+// their slot's sentinel (keys.Session.Sentinel), so while a slot migrates
+// Redis refuses them with TRYAGAIN before they run and this one would come
+// only from the cluster changing under a script that writes nothing first.
 var unavailablePrefixes = []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY ", "ASK ", "MOVED ", "READONLY", "NOREPLICAS"}
 
 // classify tells how err (of a try run under tryCtx, within the caller's
@@ -176,11 +178,24 @@ func unavailableReply(msg string) bool {
 	return strings.Contains(msg, "non local key")
 }
 
+// refusalsOnceKey marks a context whose calls report a refusal after
+// Attempts tries rather than retry it for Unavailable: ClaimNext moves on to
+// another session instead of waiting for one whose slot is migrating.
+type refusalsOnceKey struct{}
+
+// refusalsOnce returns ctx marked with refusalsOnceKey.
+func refusalsOnce(ctx context.Context) context.Context {
+	return context.WithValue(ctx, refusalsOnceKey{}, true)
+}
+
 // retrying runs try until it succeeds, fails for good, or the policy gives
 // up; repeatable says whether a try whose outcome is unknown may be run
 // again. It returns try's last error, typed by classify.
 func (s *Store) retrying(ctx context.Context, repeatable bool, try func(ctx context.Context) error) error {
 	p := s.cfg.Retries
+	if ctx.Value(refusalsOnceKey{}) != nil {
+		p.Unavailable = 0
+	}
 	start := time.Now()
 	for n := 1; ; n++ {
 		tryCtx, cancel := ctx, context.CancelFunc(func() {})

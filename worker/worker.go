@@ -595,7 +595,12 @@ func (w *Worker) dispatch(ctx context.Context) {
 					return
 				}
 				w.runtimeError(ctx, nil, fmt.Errorf("worker: claiming: %w", err))
-				errWait = min(max(2*errWait, 50*time.Millisecond), 5*time.Second)
+				// A refusal (a slot migrating, a failover) passes soon.
+				most := 5 * time.Second
+				if errors.Is(err, a2redis.ErrUnavailable) {
+					most = 500 * time.Millisecond
+				}
+				errWait = min(max(2*errWait, 50*time.Millisecond), most)
 				dirty = true
 				sleep(ctx, errWait)
 				continue
