@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
-	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -262,4 +262,3 @@ func cut(key string) (addr, name string, ok bool) {
 	}
 	return "", key, false
 }
-
