@@ -315,7 +315,8 @@ type MigrateStats struct {
 // IMPORTING on the target and MIGRATING on the source, then CLUSTER
 // GETKEYSINSLOT until the source lists no key (keys listed are migrated one
 // MIGRATE each, shuffled, with opts.Pause before each), then CLUSTER SETSLOT
-// NODE on the target, the source and every other node. A BUSYKEY from
+// NODE on the target, the source and every other node, and it returns once
+// every node names the target the owner (at most 10s). A BUSYKEY from
 // MIGRATE fails the move with an error wrapping [ErrBusyKey] and leaves the
 // slot half-migrated (nothing is replaced). It fails when the slot already
 // is on toAddr.
@@ -399,7 +400,23 @@ func (c *ClusterInstance) MigrateSlot(ctx context.Context, slot int, toAddr stri
 			return st, fmt.Errorf("redistest: CLUSTER SETSLOT %d NODE on %s: %w", slot, addr, err)
 		}
 	}
-	return st, nil
+	// Wait until every node names the new owner before the next move: two
+	// nodes importing at once can bump their config epochs without
+	// consensus to the same value, and quick moves there and back then left
+	// Redis 7.0.15 with two nodes each naming the other the slot's owner.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		owner, err := c.Owner(ctx, slot)
+		if err == nil && owner == toAddr {
+			return st, nil
+		}
+		if time.Now().After(deadline) {
+			return st, fmt.Errorf("redistest: slot %d handed to %s, but the nodes do not agree within 10s (owner %q, %v)", slot, toAddr, owner, err)
+		}
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			return st, err
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
