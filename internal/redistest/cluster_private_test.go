@@ -113,9 +113,10 @@ func TestSpawnClusterMovesSlots(t *testing.T) {
 }
 
 // A private cluster with a replica per master: the roles as the nodes
-// report them, a slot move, a graceful failover and one back (the keys stay readable,
-// the roles switch), then a killed master whose replica takes over on its
-// own, and the killed node restarted as the new master's replica.
+// report them, a slot move, failovers (graceful, FORCE, TAKEOVER: the keys
+// stay readable, the roles switch), then a killed master whose replica
+// takes over on its own, and the killed node restarted as the new master's
+// replica.
 func TestSpawnClusterWithReplicasFailsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -182,33 +183,39 @@ func TestSpawnClusterWithReplicasFailsOver(t *testing.T) {
 	assert.Equal(t, []string{m}, back, "the old master follows the new one")
 	readAll()
 	require.Error(t, cl.Failover(ctx, r, redistest.FailoverGraceful), "a master cannot fail over")
-	require.NoError(t, cl.Failover(ctx, m, redistest.FailoverGraceful))
+	// Back by force, over again by takeover.
+	for _, step := range []struct {
+		to   string
+		mode redistest.FailoverMode
+	}{{m, redistest.FailoverForce}, {r, redistest.FailoverTakeover}} {
+		require.NoError(t, cl.Failover(ctx, step.to, step.mode), "%q", step.mode)
+		owner, err = cl.Owner(ctx, slot)
+		require.NoError(t, err)
+		assert.Equal(t, step.to, owner, "%q", step.mode)
+		readAll()
+	}
+
+	// A crash of r: m takes over after the node timeout.
+	require.NoError(t, cl.Kill(r))
+	require.ErrorIs(t, cl.Kill(r), redistest.ErrKilled)
+	require.NoError(t, cl.WaitPromoted(ctx, m))
 	owner, err = cl.Owner(ctx, slot)
 	require.NoError(t, err)
 	assert.Equal(t, m, owner)
-	readAll()
-
-	// A crash: the replica takes over after the node timeout.
-	require.NoError(t, cl.Kill(m))
-	require.ErrorIs(t, cl.Kill(m), redistest.ErrKilled)
-	require.NoError(t, cl.WaitPromoted(ctx, r))
-	owner, err = cl.Owner(ctx, slot)
-	require.NoError(t, err)
-	assert.Equal(t, r, owner)
 	masters, err = cl.Masters(ctx)
 	require.NoError(t, err)
 	assert.Len(t, masters, 3)
-	assert.Contains(t, masters, r)
+	assert.Contains(t, masters, m)
 	nodes, err := cl.Nodes(ctx)
 	require.NoError(t, err)
 	assert.Len(t, nodes, 5, "the killed node is left out")
 	readAll()
 
-	// Back, empty, it follows the master that took its slots.
-	require.NoError(t, cl.Restart(ctx, m))
-	back, err = cl.ReplicasOf(ctx, r)
+	// Back, empty, r follows the master that took its slots.
+	require.NoError(t, cl.Restart(ctx, r))
+	back, err = cl.ReplicasOf(ctx, m)
 	require.NoError(t, err)
-	assert.Equal(t, []string{m}, back)
+	assert.Equal(t, []string{r}, back)
 	nodes, err = cl.Nodes(ctx)
 	require.NoError(t, err)
 	assert.Len(t, nodes, 6)
