@@ -167,7 +167,8 @@ func TestCheckDurabilityAsksAMaster(t *testing.T) {
 		t.Skip("-short")
 	}
 	t.Parallel()
-	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1})
+	// A small node timeout: the nodes learn the roles sooner.
+	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 3 * time.Second})
 	client := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

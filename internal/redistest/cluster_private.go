@@ -52,7 +52,10 @@ type ClusterOptions struct {
 	ReplicasPerMaster int
 	// NodeTimeout is every node's cluster-node-timeout: how long a master
 	// may stay unreachable before the cluster marks it failed and one of its
-	// replicas takes over. Default 0: Redis's (15s).
+	// replicas takes over. Default 0: Redis's (15s). A few seconds also
+	// spread role changes sooner (the nodes ping each other at least every
+	// half timeout): SpawnClusterWith and Failover wait until every node
+	// knows every node's role, which takes several seconds at the default.
 	NodeTimeout time.Duration
 	// ExtraArgs are appended to every node's redis-server arguments.
 	ExtraArgs []string
