@@ -37,6 +37,7 @@ const (
 	migLanes         = 2
 	migTTL           = 3 * time.Second
 	migDrain         = 30 * time.Second
+	migRepairPass    = 10 * time.Second
 )
 
 // TestSlotMigrationRandomOrder moves the slot of every session, and of every
@@ -280,22 +281,35 @@ type migRig struct {
 	repairs, repairSent, busyKeys           atomic.Int64
 	migratedKeys, movedSessions             atomic.Int64
 	movedShards, reshards                   atomic.Int64
+	// Writes reported a2redis.ErrNotReplicated (with Config.Durability),
+	// and appends that, sent again after one, were replayed, or were
+	// stored afresh: the write the master had applied was gone.
+	notReplicated, notReplicatedReplayed, notReplicatedLost atomic.Int64
+	// RepairReady passes migRepairPass cut.
+	repairsCut atomic.Int64
 }
 
-func newMigRig(t *testing.T, cl *redistest.ClusterInstance, sessions []string) *migRig {
-	return newMigRigPrefix(t, cl, redistest.Prefix(t), sessions)
+// newMigRig is newMigRigPrefix on a prefix of its own.
+func newMigRig(t *testing.T, cl *redistest.ClusterInstance, sessions []string, tweaks ...func(*redisstore.Config)) *migRig {
+	return newMigRigPrefix(t, cl, redistest.Prefix(t), sessions, tweaks...)
 }
 
-func newMigRigPrefix(t *testing.T, cl *redistest.ClusterInstance, prefix string, sessions []string) *migRig {
+// newMigRigPrefix makes the rig's store on cl, tweaks applied to its
+// config.
+func newMigRigPrefix(t *testing.T, cl *redistest.ClusterInstance, prefix string, sessions []string, tweaks ...func(*redisstore.Config)) *migRig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	client := &refusalCounter{Client: cl.Client(t)}
-	store, err := redisstore.New(ctx, client, redisstore.Config{
+	client := &refusalCounter{Client: cl.Client(t), others: map[string]int{}}
+	cfg := redisstore.Config{
 		Prefix:      prefix,
 		PublishWait: -1,
 		Consumers:   []a2redis.Consumer{{Name: migLaneConsumer}, {Name: migEventConsumer}},
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	store, err := redisstore.New(ctx, client, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,18 +331,24 @@ func newMigRigPrefix(t *testing.T, cl *redistest.ClusterInstance, prefix string,
 }
 
 // refusalCounter is the store's client: it counts the replies of Redis
-// that refused a command because of a slot move (the store retries them;
-// rueidis follows ASK and MOVED itself, so those show only when it gave
-// up).
+// that refused a command because of a slot move or a failover (the store
+// retries them; rueidis follows ASK and MOVED itself, so those show only
+// when it gave up), and samples other error replies and failed
+// connections.
 type refusalCounter struct {
 	rueidis.Client
 	nonLocal, tryAgain, askMoved, clusterDown atomic.Int64
+	readOnly, masterDown, loading, connErrs   atomic.Int64
+
+	mu     sync.Mutex
+	others map[string]int // other error texts (shortened) → count
 }
 
 // Do sends cmd and counts a refusal.
 func (c *refusalCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	res := c.Client.Do(ctx, cmd)
 	c.note(res.Error())
+	c.noteConn(res.NonRedisError())
 	return res
 }
 
@@ -337,6 +357,7 @@ func (c *refusalCounter) DoMulti(ctx context.Context, cmds ...rueidis.Completed)
 	res := c.Client.DoMulti(ctx, cmds...)
 	for _, r := range res {
 		c.note(r.Error())
+		c.noteConn(r.NonRedisError())
 	}
 	return res
 }
@@ -355,7 +376,52 @@ func (c *refusalCounter) note(err error) {
 		c.askMoved.Add(1)
 	case strings.HasPrefix(msg, "CLUSTERDOWN"):
 		c.clusterDown.Add(1)
+	case strings.HasPrefix(msg, "READONLY"):
+		c.readOnly.Add(1)
+	case strings.HasPrefix(msg, "MASTERDOWN"):
+		c.masterDown.Add(1)
+	case strings.HasPrefix(msg, "LOADING"):
+		c.loading.Add(1)
+	case rueidis.IsRedisNil(err):
+	default:
+		c.sample(msg)
 	}
+}
+
+// noteConn counts a failed connection (or a try cut by its context).
+func (c *refusalCounter) noteConn(err error) {
+	if err == nil || rueidis.IsRedisNil(err) {
+		return
+	}
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return
+	}
+	c.connErrs.Add(1)
+	c.sample("connection: " + err.Error())
+}
+
+func (c *refusalCounter) sample(text string) {
+	text = errNoise.ReplaceAllString(text, "…")
+	if len(text) > 160 {
+		text = text[:160]
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.others) < 40 || c.others[text] > 0 {
+		c.others[text]++
+	}
+}
+
+// otherReplies lists the sampled texts, most frequent first.
+func (c *refusalCounter) otherReplies() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for text, n := range c.others {
+		out = append(out, fmt.Sprintf("%6dx %s", n, text))
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(out)))
+	return out
 }
 
 func (c *refusalCounter) total() int64 {
@@ -409,6 +475,9 @@ func (r *migRig) op(name, session string, fn func() error) error {
 func (r *migRig) noteErr(name string, err error) {
 	if err == nil {
 		return
+	}
+	if errors.Is(err, a2redis.ErrNotReplicated) {
+		r.notReplicated.Add(1)
 	}
 	if errors.Is(err, a2redis.ErrUnavailable) {
 		r.unavailable.Add(1)
@@ -508,14 +577,22 @@ func (r *migRig) appender(session string, explicit bool) {
 		r.appendBatches.Add(1)
 		var res redisstore.AppendResult
 		var giveUp time.Time
+		notReplicated := false
 		for {
 			err := r.op("append", session, func() (err error) {
 				res, err = r.store.Append(r.ctx, session, batch, redisstore.AppendOptions{})
 				return err
 			})
 			if err == nil {
+				switch {
+				case notReplicated && res.Replayed:
+					r.notReplicatedReplayed.Add(1)
+				case notReplicated:
+					r.notReplicatedLost.Add(1)
+				}
 				break
 			}
+			notReplicated = notReplicated || errors.Is(err, a2redis.ErrNotReplicated)
 			var be *a2redis.BatchError
 			if errors.As(err, &be) {
 				if withIDs := be.WithIDs(batch); withIDs != nil {
@@ -691,11 +768,17 @@ func (r *migRig) eventWorker(holder string) {
 }
 
 // repairer runs the ready index's repair every second, as the worker
-// runtime's TryRepairReady would (every 30s by default).
+// runtime's TryRepairReady would (every 30s by default), each pass within
+// migRepairPass (counted in repairsCut when that cut it).
 func (r *migRig) repairer() {
 	for !r.stopWork.Load() && r.ctx.Err() == nil {
 		time.Sleep(time.Second)
-		st, err := r.store.RepairReady(r.ctx)
+		ctx, cancel := context.WithTimeout(r.ctx, migRepairPass)
+		st, err := r.store.RepairReady(ctx)
+		if ctx.Err() != nil && r.ctx.Err() == nil {
+			r.repairsCut.Add(1)
+		}
+		cancel()
 		r.noteErr("RepairReady", err)
 		r.repairs.Add(1)
 		r.repairSent.Add(int64(st.Sent))

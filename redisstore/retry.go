@@ -387,8 +387,8 @@ func (s *Store) replicated(touch, wait rueidis.RedisResult) *a2redis.Replication
 	return e
 }
 
-// checkDurability asks the server whether it has the wait commands
-// Durability needs (WAITAOF came with Redis 7.2).
+// checkDurability asks the server (a master) whether it has the wait
+// commands Durability needs (WAITAOF came with Redis 7.2).
 func (s *Store) checkDurability(ctx context.Context) error {
 	d := s.cfg.Durability
 	if !d.enabled() {
@@ -402,7 +402,14 @@ func (s *Store) checkDurability(ctx context.Context) error {
 		name, cmd = "WAITAOF", c.B().Waitaof().Numlocal(1).Numreplicas(0).Timeout(1).Build()
 		field, needs = "Config.Durability.AOF", "WAITAOF (Redis 7.2+, with appendonly yes)"
 	}
-	err := c.Do(ctx, cmd).Error()
+	// Alone, the keyless wait may go to any node of a cluster, and a
+	// replica refuses it; after a read of the schema key it goes to that
+	// key's master, as a write's wait goes with its script.
+	res := c.DoMulti(ctx, c.B().Exists().Key(s.schema).Build(), cmd)
+	if err := res[0].Error(); err != nil {
+		return fmt.Errorf("a2redis: asking the server for %s: %w", name, err)
+	}
+	err := res[1].Error()
 	if _, ok := rueidis.IsRedisErr(err); ok {
 		return check.Invalid(field, "needs %s, which the server refused: %v", needs, err)
 	}

@@ -157,3 +157,29 @@ func TestLateReadyKeepsTheNewest(t *testing.T) {
 	}
 	assert.Len(t, l.take()[0], lateReadyLimit)
 }
+
+// Durability's check of WAIT goes to a master: alone, WAIT has no key, and
+// a cluster client sends a keyless command to any node, replicas included,
+// which refuse it ("WAIT cannot be used with replica instances"), so New
+// failed on a cluster with replicas about half the time.
+func TestCheckDurabilityAsksAMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	t.Parallel()
+	// A small node timeout: the nodes learn the roles sooner.
+	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 3 * time.Second})
+	client := cl.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := redistest.Prefix(t)
+	failed := 0
+	for i := range 16 {
+		_, err := New(ctx, client, Config{Prefix: prefix + "-" + strconv.Itoa(i), Durability: Durability{Replicas: 1}})
+		if err != nil {
+			failed++
+			t.Logf("New #%d: %v", i, err)
+		}
+	}
+	assert.Zero(t, failed, "of 16 stores New refused")
+}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,14 +27,38 @@ var ErrBusyKey = errors.New("redistest: MIGRATE found the key on the importing n
 // ClusterSlots is the number of hash slots of a Redis Cluster.
 const ClusterSlots = 16384
 
-// ClusterInstance is a private 3-master Redis Cluster (no replicas) started
-// by [SpawnCluster]: unlike the shared one of [ClusterAddrs], a test may
-// move its slots around. Its methods are safe for concurrent use, but only
-// one slot move (MigrateSlot or Reshard) should run at a time.
+// ClusterInstance is a private 3-master Redis Cluster started by
+// [SpawnCluster] (no replicas) or [SpawnClusterWith]: unlike the shared one
+// of [ClusterAddrs], a test may move its slots around, fail masters over
+// ([ClusterInstance.Failover]) and kill nodes ([ClusterInstance.Kill]). Its
+// methods are safe for concurrent use, but only one slot move (MigrateSlot
+// or Reshard) or failover should run at a time. Methods that ask every node
+// skip the nodes Kill stopped.
 type ClusterInstance struct {
 	procs  []*process
 	ids    []string                  // node ids, in the order of procs
 	admins map[string]rueidis.Client // a standalone client per node address
+
+	mu     sync.Mutex
+	killed map[string]bool // addresses of the nodes Kill stopped
+}
+
+// ClusterOptions tunes [SpawnClusterWith]. The zero value is
+// [SpawnCluster]'s cluster.
+type ClusterOptions struct {
+	// ReplicasPerMaster is how many replicas each of the three masters gets
+	// (`redis-cli --cluster create --cluster-replicas`, which picks which
+	// node replicates which master). Default 0.
+	ReplicasPerMaster int
+	// NodeTimeout is every node's cluster-node-timeout: how long a master
+	// may stay unreachable before the cluster marks it failed and one of its
+	// replicas takes over. Default 0: Redis's (15s). A few seconds also
+	// spread role changes sooner (the nodes ping each other at least every
+	// half timeout): SpawnClusterWith and Failover wait until every node
+	// knows every node's role, which takes several seconds at the default.
+	NodeTimeout time.Duration
+	// ExtraArgs are appended to every node's redis-server arguments.
+	ExtraArgs []string
 }
 
 // SpawnCluster starts a fresh, private 3-master Redis Cluster (three
@@ -44,22 +69,37 @@ type ClusterInstance struct {
 // [RequireReal].
 func SpawnCluster(t testing.TB) *ClusterInstance {
 	t.Helper()
+	return SpawnClusterWith(t, ClusterOptions{})
+}
+
+// SpawnClusterWith is [SpawnCluster] tuned by opts: with
+// opts.ReplicasPerMaster, 3·(1+ReplicasPerMaster) nodes, and it also waits
+// until every replica is in sync with its master (see
+// [ClusterInstance.WaitSynced]) and every node knows every node's role.
+func SpawnClusterWith(t testing.TB, opts ClusterOptions) *ClusterInstance {
+	t.Helper()
 	requireBinaries(t, "redis-server", "redis-cli")
+	if opts.ReplicasPerMaster < 0 || opts.NodeTimeout < 0 {
+		t.Fatalf("redistest: ClusterOptions %+v: negative", opts)
+	}
 	dir, err := tempDir("redistest-pcluster-")
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	procs, err := startCluster(dir)
+	procs, err := startClusterWith(dir, opts)
 	if err != nil {
 		removeDir(dir)
 		t.Fatalf("redistest: spawn cluster: %v", err)
 	}
-	c := &ClusterInstance{procs: procs, admins: map[string]rueidis.Client{}}
+	c := &ClusterInstance{procs: procs, admins: map[string]rueidis.Client{}, killed: map[string]bool{}}
 	t.Cleanup(func() {
 		for _, a := range c.admins {
 			a.Close()
 		}
-		for _, p := range procs {
+		c.mu.Lock()
+		current := slices.Clone(c.procs) // with restarted nodes
+		c.mu.Unlock()
+		for _, p := range current {
 			p.stop()
 		}
 		removeDir(dir)
@@ -76,7 +116,32 @@ func SpawnCluster(t testing.TB) *ClusterInstance {
 		}
 		c.admins[p.addr] = admin
 	}
+	if opts.ReplicasPerMaster > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+		defer cancel()
+		err := c.WaitSynced(ctx)
+		if err == nil {
+			// Every node must know the replicas as such, too.
+			err = c.waitAgreed(ctx)
+		}
+		if err != nil {
+			t.Fatalf("redistest: spawn cluster: %v%s", err, clusterLogs(procs))
+		}
+	}
 	return c
+}
+
+// live returns the nodes Kill has not stopped, in the order of procs.
+func (c *ClusterInstance) live() []*process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*process, 0, len(c.procs))
+	for _, p := range c.procs {
+		if !c.killed[p.addr] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Addrs returns the host:port of every node, in a fixed order (a fresh
@@ -180,28 +245,31 @@ func nodeSlots(nodes string) (map[int]string, error) {
 	return owners, nil
 }
 
-// views returns every node's slot → owner map.
-func (c *ClusterInstance) views(ctx context.Context) ([]map[int]string, error) {
+// views returns every live node's slot → owner map, with the nodes'
+// addresses.
+func (c *ClusterInstance) views(ctx context.Context) ([]map[int]string, []string, error) {
 	var out []map[int]string
-	for _, p := range c.procs {
+	var addrs []string
+	for _, p := range c.live() {
 		a := c.admins[p.addr]
 		text, err := a.Do(ctx, a.B().ClusterNodes().Build()).ToString()
 		if err != nil {
-			return nil, fmt.Errorf("redistest: CLUSTER NODES on %s: %w", p.addr, err)
+			return nil, nil, fmt.Errorf("redistest: CLUSTER NODES on %s: %w", p.addr, err)
 		}
 		m, err := nodeSlots(text)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, m)
+		addrs = append(addrs, p.addr)
 	}
-	return out, nil
+	return out, addrs, nil
 }
 
 // Owner returns the address of the node serving slot, as every node sees it;
 // it fails when the nodes disagree or none serves it.
 func (c *ClusterInstance) Owner(ctx context.Context, slot int) (string, error) {
-	views, err := c.views(ctx)
+	views, addrs, err := c.views(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -209,7 +277,7 @@ func (c *ClusterInstance) Owner(ctx context.Context, slot int) (string, error) {
 	for i, v := range views {
 		id := v[slot]
 		if id == "" {
-			return "", fmt.Errorf("redistest: node %s sees no owner of slot %d", c.procs[i].addr, slot)
+			return "", fmt.Errorf("redistest: node %s sees no owner of slot %d", addrs[i], slot)
 		}
 		if owner != "" && id != owner {
 			return "", fmt.Errorf("redistest: nodes disagree on the owner of slot %d (%s, %s)", slot, owner, id)
@@ -253,7 +321,7 @@ func (c *ClusterInstance) SlotsOf(ctx context.Context, id string) ([]int, error)
 // once.
 func (c *ClusterInstance) OpenSlots(ctx context.Context) ([]int, error) {
 	seen := map[int]bool{}
-	for _, p := range c.procs {
+	for _, p := range c.live() {
 		a := c.admins[p.addr]
 		text, err := a.Do(ctx, a.B().ClusterNodes().Build()).ToString()
 		if err != nil {
@@ -315,8 +383,9 @@ type MigrateStats struct {
 // IMPORTING on the target and MIGRATING on the source, then CLUSTER
 // GETKEYSINSLOT until the source lists no key (keys listed are migrated one
 // MIGRATE each, shuffled, with opts.Pause before each), then CLUSTER SETSLOT
-// NODE on the target, the source and every other node, and it returns once
-// every node names the target the owner (at most 10s). A BUSYKEY from
+// NODE on the target, the source and every other live master, and it
+// returns once every node names the target the owner (at most 10s). A
+// BUSYKEY from
 // MIGRATE fails the move with an error wrapping [ErrBusyKey] and leaves the
 // slot half-migrated (nothing is replaced). It fails when the slot already
 // is on toAddr.
@@ -389,10 +458,15 @@ func (c *ClusterInstance) MigrateSlot(ctx context.Context, slot int, toAddr stri
 		return st, err
 	}
 	order := []string{toAddr, from}
-	for _, p := range c.procs {
-		if p.addr != toAddr && p.addr != from {
-			order = append(order, p.addr)
+	for _, p := range c.live() {
+		if p.addr == toAddr || p.addr == from {
+			continue
 		}
+		// A replica refuses SETSLOT; it learns from its master.
+		if n, err := c.self(ctx, p.addr); err == nil && !n.Master {
+			continue
+		}
+		order = append(order, p.addr)
 	}
 	for _, addr := range order {
 		a := c.admins[addr]
@@ -474,7 +548,8 @@ func (c *ClusterInstance) WaitAgreed(ctx context.Context) error {
 	var last string
 	for {
 		ok := true
-		for _, p := range c.procs {
+		live := c.live()
+		for _, p := range live {
 			info, err := respDo(p.addr, time.Second, "CLUSTER", "INFO")
 			if err != nil || !clusterReady(info, len(c.procs)) {
 				ok = false
@@ -483,7 +558,7 @@ func (c *ClusterInstance) WaitAgreed(ctx context.Context) error {
 			}
 		}
 		if ok {
-			cmd := exec.CommandContext(ctx, "redis-cli", "--cluster", "check", c.procs[0].addr)
+			cmd := exec.CommandContext(ctx, "redis-cli", "--cluster", "check", live[0].addr)
 			cmd.SysProcAttr = sysProcAttr()
 			out, err := cmd.CombinedOutput()
 			if err == nil && !strings.Contains(string(out), "[ERR]") && !strings.Contains(string(out), "[WARNING]") {

@@ -111,3 +111,113 @@ func TestSpawnClusterMovesSlots(t *testing.T) {
 		assert.Equal(t, cl.AddrOf(ids[1]), owner, "slot %d", s)
 	}
 }
+
+// A private cluster with a replica per master: the roles as the nodes
+// report them, a slot move, failovers (graceful, FORCE, TAKEOVER: the keys
+// stay readable, the roles switch), then a killed master whose replica
+// takes over on its own, and the killed node restarted as the new master's
+// replica.
+func TestSpawnClusterWithReplicasFailsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	t.Parallel()
+	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 1500 * time.Millisecond})
+	c := cl.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.Len(t, cl.Addrs(), 6)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	replicas, err := cl.Replicas(ctx)
+	require.NoError(t, err)
+	require.Len(t, masters, 3)
+	require.Len(t, replicas, 3)
+	replicaOf := map[string]string{}
+	for _, m := range masters {
+		rs, err := cl.ReplicasOf(ctx, m)
+		require.NoError(t, err)
+		require.Len(t, rs, 1, "replicas of %s", m)
+		replicaOf[m] = rs[0]
+	}
+
+	prefix := redistest.Prefix(t)
+	key := func(i int) string { return fmt.Sprintf("%s:{t%d}:k", prefix, i) }
+	for i := range 30 {
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(key(i)).Value(fmt.Sprint(i)).Build()).Error())
+	}
+	readAll := func() {
+		t.Helper()
+		for i := range 30 {
+			v, err := c.Do(ctx, c.B().Get().Key(key(i)).Build()).ToString()
+			require.NoError(t, err, key(i))
+			assert.Equal(t, fmt.Sprint(i), v)
+		}
+	}
+
+	// A slot move with replicas about (they take no SETSLOT).
+	moved := redistest.KeySlot(key(1))
+	from, err := cl.Owner(ctx, moved)
+	require.NoError(t, err)
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	_, err = cl.MigrateSlot(ctx, moved, to, redistest.MigrateOptions{})
+	require.NoError(t, err)
+	owner, err := cl.Owner(ctx, moved)
+	require.NoError(t, err)
+	assert.Equal(t, to, owner)
+	readAll()
+
+	slot := redistest.KeySlot(key(0))
+	m, err := cl.Owner(ctx, slot)
+	require.NoError(t, err)
+	r := replicaOf[m]
+	require.NoError(t, cl.Failover(ctx, r, redistest.FailoverGraceful))
+	owner, err = cl.Owner(ctx, slot)
+	require.NoError(t, err)
+	assert.Equal(t, r, owner)
+	back, err := cl.ReplicasOf(ctx, r)
+	require.NoError(t, err)
+	assert.Equal(t, []string{m}, back, "the old master follows the new one")
+	readAll()
+	require.Error(t, cl.Failover(ctx, r, redistest.FailoverGraceful), "a master cannot fail over")
+	// Back by force, over again by takeover.
+	for _, step := range []struct {
+		to   string
+		mode redistest.FailoverMode
+	}{{m, redistest.FailoverForce}, {r, redistest.FailoverTakeover}} {
+		require.NoError(t, cl.Failover(ctx, step.to, step.mode), "%q", step.mode)
+		owner, err = cl.Owner(ctx, slot)
+		require.NoError(t, err)
+		assert.Equal(t, step.to, owner, "%q", step.mode)
+		readAll()
+	}
+
+	// A crash of r: m takes over after the node timeout.
+	require.NoError(t, cl.Kill(r))
+	require.ErrorIs(t, cl.Kill(r), redistest.ErrKilled)
+	require.NoError(t, cl.WaitPromoted(ctx, m))
+	owner, err = cl.Owner(ctx, slot)
+	require.NoError(t, err)
+	assert.Equal(t, m, owner)
+	masters, err = cl.Masters(ctx)
+	require.NoError(t, err)
+	assert.Len(t, masters, 3)
+	assert.Contains(t, masters, m)
+	nodes, err := cl.Nodes(ctx)
+	require.NoError(t, err)
+	assert.Len(t, nodes, 5, "the killed node is left out")
+	readAll()
+
+	// Back, empty, r follows the master that took its slots.
+	require.NoError(t, cl.Restart(ctx, r))
+	back, err = cl.ReplicasOf(ctx, m)
+	require.NoError(t, err)
+	assert.Equal(t, []string{r}, back)
+	nodes, err = cl.Nodes(ctx)
+	require.NoError(t, err)
+	assert.Len(t, nodes, 6)
+	readAll()
+}

@@ -595,7 +595,15 @@ func ClusterAddrs(t testing.TB) []string {
 // startCluster starts three redis-server processes in dir, joins them into
 // a 3-master cluster with `redis-cli --cluster create` and waits until every
 // node reports it healthy. On error every started process is stopped.
-func startCluster(dir string) (_ []*process, err error) {
+func startCluster(dir string) ([]*process, error) {
+	return startClusterWith(dir, ClusterOptions{})
+}
+
+// startClusterWith is startCluster with 3·(1+opts.ReplicasPerMaster) nodes
+// (redis-cli makes the first three the masters and assigns the others as
+// their replicas), opts.NodeTimeout and opts.ExtraArgs. It does not wait for
+// the replicas' synchronisation.
+func startClusterWith(dir string, opts ClusterOptions) (_ []*process, err error) {
 	var procs []*process
 	var addrs []string
 	defer func() {
@@ -605,12 +613,21 @@ func startCluster(dir string) (_ []*process, err error) {
 			}
 		}
 	}()
-	for range 3 {
+	var extra []string
+	if opts.NodeTimeout > 0 {
+		extra = append(extra, "--cluster-node-timeout", strconv.FormatInt(opts.NodeTimeout.Milliseconds(), 10))
+	}
+	if opts.ReplicasPerMaster > 0 {
+		// No 5s wait for more replicas before a diskless sync.
+		extra = append(extra, "--repl-diskless-sync-delay", "0")
+	}
+	extra = append(extra, opts.ExtraArgs...)
+	for range 3 * (1 + opts.ReplicasPerMaster) {
 		p, err := launch(dir, "node", freeClusterPort, func(port int) []string {
-			return serverArgs(dir, port,
+			return serverArgs(dir, port, append([]string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
-			)
+			}, extra...)...)
 		})
 		if err != nil {
 			return nil, err
@@ -622,7 +639,7 @@ func startCluster(dir string) (_ []*process, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(opts.ReplicasPerMaster), "--cluster-yes")
 	cmd := exec.CommandContext(ctx, "redis-cli", args...)
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.CombinedOutput()

@@ -1,6 +1,8 @@
 package redistest
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -36,32 +38,41 @@ func SpawnReplicated(t testing.TB, extraArgs ...string) (master, replica *Instan
 // test if that takes longer than a timeout.
 func WaitReplicaOnline(t testing.TB, master, replica *Instance) {
 	t.Helper()
-	deadline := time.Now().Add(replicaTimeout)
-	_, port, _ := net.SplitHostPort(replica.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), replicaTimeout)
+	defer cancel()
+	if err := waitSynced(ctx, master.Addr(), replica.Addr()); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+}
+
+// waitSynced is WaitReplicaOnline on addresses, within ctx: it returns an
+// error with the master's last INFO replication when ctx ends first.
+func waitSynced(ctx context.Context, masterAddr, replicaAddr string) error {
+	_, port, _ := net.SplitHostPort(replicaAddr)
 	var target int64 = -1
 	for {
-		info, err := respDo(master.Addr(), time.Second, "INFO", "replication")
+		info, err := respDo(masterAddr, time.Second, "INFO", "replication")
 		if err == nil {
 			acked, online := replicaOffset(info, port)
 			switch {
 			case !online:
 			case target < 0:
 				var mine string
-				if mine, err = respDo(replica.Addr(), time.Second, "INFO", "replication"); err == nil && strings.Contains(mine, "master_link_status:up") {
-					// PUBLISH is replicated and writes no key.
-					if _, err = respDo(master.Addr(), time.Second, "PUBLISH", "redistest:replica-sync", "1"); err == nil {
-						info, err = respDo(master.Addr(), time.Second, "INFO", "replication")
+				if mine, err = respDo(replicaAddr, time.Second, "INFO", "replication"); err == nil && strings.Contains(mine, "master_link_status:up") {
+					// PUBLISH is replicated (outside a cluster) and writes
+					// no key.
+					if _, err = respDo(masterAddr, time.Second, "PUBLISH", "redistest:replica-sync", "1"); err == nil {
+						info, err = respDo(masterAddr, time.Second, "INFO", "replication")
 						target = infoInt(info, "master_repl_offset")
 					}
 				}
 			case acked >= target:
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: replica %s of %s not in sync within %v (last INFO replication err=%v):\n%s", replica.Addr(), master.Addr(), replicaTimeout, err, info)
+		if sleepCtx(ctx, 20*time.Millisecond) != nil {
+			return fmt.Errorf("replica %s of %s not in sync: %w (last INFO replication err=%v):\n%s", replicaAddr, masterAddr, ctx.Err(), err, info)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
