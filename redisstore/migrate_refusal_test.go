@@ -262,3 +262,45 @@ func cut(key string) (addr, name string, ok bool) {
 	}
 	return "", key, false
 }
+
+// A repair pass over a cluster with a dead master reads every live master,
+// reports the dead one (Unreachable, ErrUnavailable) and returns: it does
+// not wait on the dead node for as long as the caller's context allows.
+func TestRepairReadyPassesADeadNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a private cluster")
+	}
+	cl := redistest.SpawnCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := redisstore.New(ctx, cl.Client(t), redisstore.Config{
+		Prefix: redistest.Prefix(t), PublishWait: -1,
+		Retries: redisstore.RetryPolicy{Unavailable: time.Second},
+	})
+	require.NoError(t, err)
+	// Sessions with work on every node.
+	perNode := map[string]int{}
+	for i := 0; len(perNode) < 3 || i < 30; i++ {
+		session := fmt.Sprintf("s%d", i)
+		owner, err := cl.Owner(ctx, redistest.KeySlot(keys.For(store.Prefix(), session).Count()))
+		require.NoError(t, err)
+		_, err = store.Append(ctx, session, []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		perNode[owner]++
+	}
+	st, err := store.RepairReady(ctx)
+	require.NoError(t, err)
+	total := 0
+	for _, n := range perNode {
+		total += n
+	}
+	assert.Equal(t, redisstore.RepairStats{Sessions: total, Sent: total}, st, "every session read and sent")
+
+	dead := cl.Addrs()[0]
+	require.NoError(t, cl.Kill(dead))
+	st, err = store.RepairReady(ctx)
+	require.ErrorIs(t, err, a2redis.ErrUnavailable)
+	assert.Equal(t, 1, st.Unreachable)
+	assert.Equal(t, total-perNode[dead], st.Sessions, "the live masters' sessions were read")
+	require.NoError(t, ctx.Err(), "the pass waited for the caller's deadline")
+}

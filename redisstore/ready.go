@@ -591,6 +591,18 @@ type RepairStats struct {
 	Sessions int
 	// Sent is how many of their states were sent to the index.
 	Sent int
+	// Unreachable is how many nodes the pass could not read (a master
+	// that died, before the cluster has promoted its replica); their
+	// sessions wait for the next pass, and the pass returns an error
+	// wrapping a2redis.ErrUnavailable. A shard that cannot be updated fails
+	// the pass the same way, after the other shards are.
+	Unreachable int
+}
+
+// sendFailures collects a repair pass's failed shard updates.
+type sendFailures struct {
+	n   int
+	err error
 }
 
 // repairPage is how many keys one repair SCAN step asks for.
@@ -612,17 +624,28 @@ func (s *Store) RepairReady(ctx context.Context) (RepairStats, error) {
 	var st RepairStats
 	pending := map[int][]readyUpdate{}
 	pattern := keys.EscapeGlob(s.cfg.Prefix) + ":{*}:listed"
-	for _, node := range s.masters(ctx) {
+	nodes, unreachable, nodeErr := s.masters(ctx)
+	var failed sendFailures
+	for _, node := range nodes {
 		var cursor uint64
 		for {
 			if err := ctx.Err(); err != nil {
 				return st, err
 			}
-			entry, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(repairPage).Build().Pin()).AsScanEntry()
+			// One node's call is bounded: rueidis retries a read on a
+			// node that refuses connections for as long as it may.
+			nctx, cancel := context.WithTimeout(ctx, s.cfg.Retries.Unavailable)
+			entry, err := node.Do(nctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(repairPage).Build().Pin()).AsScanEntry()
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				unreachable++
+				nodeErr = cmp.Or(nodeErr, err)
+				break
+			}
 			if err != nil {
 				return st, fmt.Errorf("a2redis: repair scan: %w", err)
 			}
-			if err := s.repairKeys(ctx, entry.Elements, &st, pending); err != nil {
+			if err := s.repairKeys(ctx, entry.Elements, &st, pending, &failed); err != nil {
 				return st, err
 			}
 			if cursor = entry.Cursor; cursor == 0 {
@@ -631,17 +654,35 @@ func (s *Store) RepairReady(ctx context.Context) (RepairStats, error) {
 		}
 	}
 	for shard, updates := range pending {
-		if err := s.applyReady(ctx, shard, updates); err != nil {
-			return st, err
-		}
-		st.Sent += len(updates)
+		s.repairSend(ctx, shard, updates, &st, &failed)
+	}
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	st.Unreachable = unreachable
+	switch {
+	case unreachable > 0:
+		return st, fmt.Errorf("%w: a2redis: repair could not read %d node(s), their sessions wait for the next pass: %w", a2redis.ErrUnavailable, unreachable, nodeErr)
+	case failed.err != nil:
+		return st, fmt.Errorf("%w: a2redis: repair could not update %d shard call(s), their sessions wait for the next pass: %w", a2redis.ErrUnavailable, failed.n, failed.err)
 	}
 	return st, nil
 }
 
+// repairSend sends a repair pass's updates of one shard; a shard that
+// fails is recorded in failed, and the pass goes on with the others.
+func (s *Store) repairSend(ctx context.Context, shard int, updates []readyUpdate, st *RepairStats, failed *sendFailures) {
+	if err := s.applyReady(ctx, shard, updates); err != nil {
+		failed.n++
+		failed.err = cmp.Or(failed.err, err)
+		return
+	}
+	st.Sent += len(updates)
+}
+
 // repairKeys reads the listed records among names and queues their states
 // per shard in pending, sending a shard's queue once it fills a call.
-func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats, pending map[int][]readyUpdate) error {
+func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats, pending map[int][]readyUpdate, failed *sendFailures) error {
 	var sessions []string
 	cmds := make(rueidis.Commands, 0, len(names))
 	c := s.client
@@ -685,10 +726,7 @@ func (s *Store) repairKeys(ctx context.Context, names []string, st *RepairStats,
 		shard := keys.ReadyShard(sessions[i], s.cfg.ReadyShards)
 		pending[shard] = append(pending[shard], readyUpdate{session: sessions[i], version: version, at: at, due: due})
 		if len(pending[shard]) >= readyBatch {
-			if err := s.applyReady(ctx, shard, pending[shard]); err != nil {
-				return err
-			}
-			st.Sent += len(pending[shard])
+			s.repairSend(ctx, shard, pending[shard], st, failed)
 			pending[shard] = nil
 		}
 	}
@@ -708,8 +746,9 @@ func sessionOfListedKey(prefix, key string) (string, bool) {
 }
 
 // masters returns the clients whose keys together are every key once: the
-// one server, or each master of a cluster.
-func (s *Store) masters(ctx context.Context) []rueidis.Client {
+// one server, or each master of a cluster; and how many nodes of a cluster
+// did not say their role in time (Retries.Unavailable each).
+func (s *Store) masters(ctx context.Context) ([]rueidis.Client, int, error) {
 	nodes := s.client.Nodes()
 	addrs := make([]string, 0, len(nodes))
 	for addr := range nodes {
@@ -717,19 +756,28 @@ func (s *Store) masters(ctx context.Context) []rueidis.Client {
 	}
 	sort.Strings(addrs)
 	var out []rueidis.Client
+	failed := 0
+	var first error
 	for _, addr := range addrs {
 		node := nodes[addr]
 		if s.client.Mode() == rueidis.ClientModeCluster {
-			role, err := node.Do(ctx, node.B().Role().Build().Pin()).ToArray()
-			if err == nil && len(role) > 0 {
-				if r, _ := role[0].ToString(); r != "master" {
-					continue
+			nctx, cancel := context.WithTimeout(ctx, s.cfg.Retries.Unavailable)
+			role, err := node.Do(nctx, node.B().Role().Build().Pin()).ToArray()
+			cancel()
+			if err != nil || len(role) == 0 {
+				if ctx.Err() == nil {
+					failed++
+					first = cmp.Or(first, fmt.Errorf("ROLE on %s: %w", addr, cmp.Or(err, errors.New("empty reply"))))
 				}
+				continue
+			}
+			if r, _ := role[0].ToString(); r != "master" {
+				continue
 			}
 		}
 		out = append(out, node)
 	}
-	return out
+	return out, failed, first
 }
 
 // TryRepairReady runs RepairReady unless another store on the prefix
