@@ -10,7 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -274,4 +280,57 @@ func (r *migRig) logFailoverCounts(before, after map[string]int64) {
 		parts = append(parts, fmt.Sprintf("%s=%d", name, after[name]-before[name]))
 	}
 	r.t.Logf("error replies of the live nodes meanwhile (INFO errorstats): %s", strings.Join(parts, " "))
+}
+
+// With Durability on, a write whose slot moved to another master since the
+// client last read the slot map is redirected (MOVED) to the new owner;
+// its WAIT must count the new owner's replicas, not the old owner's. The
+// new owner's replica is frozen (DEBUG SLEEP), so an honest wait reports
+// ErrNotReplicated; a wait left on the old owner would report success.
+func TestDurabilityWaitFollowsAMovedSlot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a private cluster")
+	}
+	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 3000,
+		ExtraArgs: []string{"--enable-debug-command", "yes"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prefix := redistest.Prefix(t)
+	store, err := redisstore.New(ctx, cl.Client(t), redisstore.Config{Prefix: prefix, PublishWait: -1,
+		Durability: redisstore.Durability{Replicas: 1, Timeout: 300 * time.Millisecond}})
+	require.NoError(t, err)
+	const moving = "moving"
+	slot := redistest.KeySlot(keys.For(prefix, moving).Count())
+	from, err := cl.Owner(ctx, slot)
+	require.NoError(t, err)
+	masters, err := cl.Masters(ctx)
+	require.NoError(t, err)
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	_, err = store.Append(ctx, moving, []a2redis.Event{{Type: "x"}}, redisstore.AppendOptions{})
+	require.NoError(t, err, "the old owner's replica acknowledges")
+	_, err = cl.MigrateSlot(ctx, slot, to, redistest.MigrateOptions{})
+	require.NoError(t, err)
+
+	replicas, err := cl.ReplicasOf(ctx, to)
+	require.NoError(t, err)
+	require.NotEmpty(t, replicas)
+	sleeper, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: replicas[:1], ForceSingleClient: true, DisableCache: true})
+	require.NoError(t, err)
+	defer sleeper.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(ctx, sleeper.B().Arbitrary("DEBUG", "SLEEP", "2").Build()).Error() }()
+	time.Sleep(100 * time.Millisecond)
+
+	// The store's client still maps the slot to `from`: the append is
+	// redirected to `to`, whose replica is asleep.
+	_, err = store.Append(ctx, moving, []a2redis.Event{{ID: "after-move", Type: "y"}}, redisstore.AppendOptions{})
+	require.ErrorIs(t, err, a2redis.ErrNotReplicated, "a write on the new owner was reported replicated while its replica slept")
+	require.NoError(t, <-slept)
+	// Awake again: the same batch replays and is acknowledged.
+	res, err := store.Append(ctx, moving, []a2redis.Event{{ID: "after-move", Type: "y"}}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	assert.True(t, res.Replayed)
 }

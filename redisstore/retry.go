@@ -324,9 +324,29 @@ const touchScript = `for _, k in ipairs(KEYS) do
 end
 return 0`
 
+// clusterTouchScript is touchScript for a cluster: it replies the id of the
+// node that ran it, to compare with the node that ran the WAIT.
+const clusterTouchScript = `for _, k in ipairs(KEYS) do
+  local v = redis.call('GET', k)
+  if v then redis.call('SET', k, v, 'KEEPTTL') break end
+end
+return redis.call('CLUSTER', 'MYID')`
+
+// waitRounds bounds how often a wait is sent again after the write it
+// follows was redirected to another node.
+const waitRounds = 3
+
 // waitingClient sends each command Lua.Exec sends (EVALSHA, then EVAL on
 // NOSCRIPT) together with the touch and the wait, on one connection (WAIT
 // blocks, so rueidis takes a pooled connection for the three).
+//
+// On a cluster the WAIT goes to the node rueidis believes owns the
+// session's slot; when the slot has moved, the script and the touch are
+// redirected (MOVED) to the new owner while the WAIT has already run on the
+// old one, counting the wrong replicas. So on a cluster the touch replies
+// its node's id and a CLUSTER MYID follows the WAIT: when the two differ,
+// the touch and the wait are sent again (rueidis has learnt the new owner
+// from the redirect), at most waitRounds times.
 type waitingClient struct {
 	rueidis.Client
 	s            *Store
@@ -341,16 +361,49 @@ func (w *waitingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 		// Leave the wait time to answer before the deadline cuts it.
 		timeout = max(min(timeout, time.Until(dl)*3/4), time.Millisecond)
 	}
-	touch := c.B().Eval().Script(touchScript).Numkeys(2).Key(w.count, w.clear).Build()
-	var wait rueidis.Completed
-	if d.AOF {
-		wait = c.B().Waitaof().Numlocal(1).Numreplicas(int64(d.Replicas)).Timeout(timeout.Milliseconds()).Build()
-	} else {
-		wait = c.B().Wait().Numreplicas(int64(d.Replicas)).Timeout(timeout.Milliseconds()).Build()
+	cluster := c.Mode() == rueidis.ClientModeCluster
+	script := touchScript
+	if cluster {
+		script = clusterTouchScript
 	}
-	res := c.DoMulti(ctx, cmd, touch, wait)
-	w.touch, w.wait = res[1], res[2]
-	return res[0]
+	build := func() rueidis.Commands {
+		touch := c.B().Eval().Script(script).Numkeys(2).Key(w.count, w.clear).Build()
+		wait := c.B().Wait().Numreplicas(int64(d.Replicas)).Timeout(timeout.Milliseconds()).Build()
+		if d.AOF {
+			wait = c.B().Waitaof().Numlocal(1).Numreplicas(int64(d.Replicas)).Timeout(timeout.Milliseconds()).Build()
+		}
+		cmds := rueidis.Commands{touch, wait}
+		if cluster {
+			cmds = append(cmds, c.B().Arbitrary("CLUSTER", "MYID").Build())
+		}
+		return cmds
+	}
+	res := c.DoMulti(ctx, append(rueidis.Commands{cmd}, build()...)...)
+	first, rest := res[0], res[1:]
+	for round := 1; ; round++ {
+		w.touch, w.wait = rest[0], rest[1]
+		if !cluster || w.touch.Error() != nil || rest[2].Error() != nil {
+			break
+		}
+		ran, _ := w.touch.ToString()
+		waited, _ := rest[2].ToString()
+		if ran == waited {
+			break
+		}
+		if round >= waitRounds {
+			w.touch = rueidis.NewErrorResult(fmt.Errorf("a2redis: the write ran on node %s but the wait on node %s (the slot moved), %d times", ran, waited, round))
+			break
+		}
+		// Give rueidis time to learn the new owner from the redirect.
+		t := time.NewTimer(time.Duration(round) * 20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		rest = c.DoMulti(ctx, build()...)
+	}
+	return first
 }
 
 // replicated checks the touch and the wait that followed a write.
