@@ -28,9 +28,10 @@ var (
 	ErrShutdown = errors.New("worker: shutting down")
 
 	// ErrStopDeadline is returned by Run (wrapped) when Config.StopDeadline
-	// passed with handlers still running: their claims were left to lapse,
-	// and each is taken over (counting a failure) once its lease ends.
-	ErrStopDeadline = errors.New("worker: stop deadline passed with handlers still running")
+	// passed with handlers (or a claim call) still running: their claims
+	// were left to lapse, and each is taken over (counting a failure) once
+	// its lease ends.
+	ErrStopDeadline = errors.New("worker: stop deadline passed with handlers or a store call still running")
 
 	// ErrRunning is returned by Run when the worker already runs or has
 	// run: a Worker runs once.

@@ -366,7 +366,9 @@ func (w *Worker) stop(loopCancel context.CancelFunc, dispatched <-chan struct{})
 	select {
 	case <-dispatched:
 	case <-hard.C:
-		return w.abandoned()
+		// The dispatcher is stuck in a store call (a claim on a cluster
+		// that does not answer), not in a handler.
+		return w.abandoned("a claim call had not returned")
 	}
 	select {
 	case <-w.drained:
@@ -374,22 +376,27 @@ func (w *Worker) stop(loopCancel context.CancelFunc, dispatched <-chan struct{})
 	case <-soft.C:
 	case <-w.cutCh:
 	case <-hard.C:
-		return w.abandoned()
+		return w.abandoned("")
 	}
 	w.cut()
 	select {
 	case <-w.drained:
 		return nil
 	case <-hard.C:
-		return w.abandoned()
+		return w.abandoned("")
 	}
 }
 
-func (w *Worker) abandoned() error {
+// abandoned is Run's error when StopDeadline passed; why, when set, says
+// what was still running besides the handlers.
+func (w *Worker) abandoned(why string) error {
 	w.mu.Lock()
 	n := len(w.held)
 	w.mu.Unlock()
-	w.log.Error("worker stop deadline passed", "worker", w.cfg.ID, "held", n)
+	w.log.Error("worker stop deadline passed", "worker", w.cfg.ID, "held", n, "why", why)
+	if why != "" {
+		return fmt.Errorf("%w: %s; %d claims left to lapse", ErrStopDeadline, why, n)
+	}
 	return fmt.Errorf("%w: %d claims left to lapse", ErrStopDeadline, n)
 }
 
