@@ -196,9 +196,9 @@ func TestClusterKilledMasterDurable(t *testing.T) {
 	if !promoted.Load() || !rejoined.Load() {
 		t.Errorf("the replica %s of the killed master %s took over: %v; the killed node came back as a replica: %v", heir, victim, promoted.Load(), rejoined.Load())
 	}
-	if most == 0 || r.client.connErrs.Load()+r.client.clusterDown.Load() == 0 {
+	if most == 0 || r.client.ConnErrs.Load()+r.client.ClusterDown.Load() == 0 {
 		t.Errorf("%d sessions lived on the killed master, the store's client saw %d failed connections and %d CLUSTERDOWN: the test proved nothing",
-			most, r.client.connErrs.Load(), r.client.clusterDown.Load())
+			most, r.client.ConnErrs.Load(), r.client.ClusterDown.Load())
 	}
 }
 
@@ -261,8 +261,8 @@ func (r *migRig) markMoving(ctx context.Context, addr string) func() {
 func (r *migRig) logFailoverCounts(before, after map[string]int64) {
 	c := r.client
 	r.t.Logf("refusals the store got: READONLY=%d MASTERDOWN=%d LOADING=%d; failed connections=%d",
-		c.readOnly.Load(), c.masterDown.Load(), c.loading.Load(), c.connErrs.Load())
-	if others := c.otherReplies(); len(others) > 0 {
+		c.ReadOnly.Load(), c.MasterDown.Load(), c.Loading.Load(), c.ConnErrs.Load())
+	if others := c.OtherReplies(); len(others) > 0 {
 		if len(others) > 12 {
 			others = others[:12]
 		}

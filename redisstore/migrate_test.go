@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -255,7 +254,7 @@ type migRig struct {
 	t        *testing.T
 	ctx      context.Context
 	cl       *redistest.ClusterInstance
-	client   *refusalCounter
+	client   *redistest.CountingClient
 	store    *redisstore.Store
 	prefix   string
 	sessions []string
@@ -300,7 +299,7 @@ func newMigRigPrefix(t *testing.T, cl *redistest.ClusterInstance, prefix string,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	client := &refusalCounter{Client: cl.Client(t), others: map[string]int{}}
+	client := redistest.NewCountingClient(cl.Client(t))
 	cfg := redisstore.Config{
 		Prefix:      prefix,
 		PublishWait: -1,
@@ -328,104 +327,6 @@ func newMigRigPrefix(t *testing.T, cl *redistest.ClusterInstance, prefix string,
 		r.ackedLane[s] = map[int64]string{}
 	}
 	return r
-}
-
-// refusalCounter is the store's client: it counts the replies of Redis
-// that refused a command because of a slot move or a failover (the store
-// retries them; rueidis follows ASK and MOVED itself, so those show only
-// when it gave up), and samples other error replies and failed
-// connections.
-type refusalCounter struct {
-	rueidis.Client
-	nonLocal, tryAgain, askMoved, clusterDown atomic.Int64
-	readOnly, masterDown, loading, connErrs   atomic.Int64
-
-	mu     sync.Mutex
-	others map[string]int // other error texts (shortened) → count
-}
-
-// Do sends cmd and counts a refusal.
-func (c *refusalCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	res := c.Client.Do(ctx, cmd)
-	c.note(res.Error())
-	c.noteConn(res.NonRedisError())
-	return res
-}
-
-// DoMulti sends cmds and counts their refusals.
-func (c *refusalCounter) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	res := c.Client.DoMulti(ctx, cmds...)
-	for _, r := range res {
-		c.note(r.Error())
-		c.noteConn(r.NonRedisError())
-	}
-	return res
-}
-
-func (c *refusalCounter) note(err error) {
-	var re *rueidis.RedisError
-	if !errors.As(err, &re) {
-		return
-	}
-	switch msg := re.Error(); {
-	case strings.Contains(msg, "non local key"):
-		c.nonLocal.Add(1)
-	case strings.HasPrefix(msg, "TRYAGAIN"):
-		c.tryAgain.Add(1)
-	case strings.HasPrefix(msg, "ASK") || strings.HasPrefix(msg, "MOVED"):
-		c.askMoved.Add(1)
-	case strings.HasPrefix(msg, "CLUSTERDOWN"):
-		c.clusterDown.Add(1)
-	case strings.HasPrefix(msg, "READONLY"):
-		c.readOnly.Add(1)
-	case strings.HasPrefix(msg, "MASTERDOWN"):
-		c.masterDown.Add(1)
-	case strings.HasPrefix(msg, "LOADING"):
-		c.loading.Add(1)
-	case rueidis.IsRedisNil(err):
-	default:
-		c.sample(msg)
-	}
-}
-
-// noteConn counts a failed connection (or a try cut by its context).
-func (c *refusalCounter) noteConn(err error) {
-	if err == nil || rueidis.IsRedisNil(err) {
-		return
-	}
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return
-	}
-	c.connErrs.Add(1)
-	c.sample("connection: " + err.Error())
-}
-
-func (c *refusalCounter) sample(text string) {
-	text = errNoise.ReplaceAllString(text, "…")
-	if len(text) > 160 {
-		text = text[:160]
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.others) < 40 || c.others[text] > 0 {
-		c.others[text]++
-	}
-}
-
-// otherReplies lists the sampled texts, most frequent first.
-func (c *refusalCounter) otherReplies() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for text, n := range c.others {
-		out = append(out, fmt.Sprintf("%6dx %s", n, text))
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(out)))
-	return out
-}
-
-func (c *refusalCounter) total() int64 {
-	return c.nonLocal.Load() + c.tryAgain.Load() + c.askMoved.Load() + c.clusterDown.Load()
 }
 
 // owners returns the address of each slot's owner.
@@ -487,7 +388,7 @@ func (r *migRig) noteErr(name string, err error) {
 	if !transient(err) {
 		r.finalErrs.Add(1)
 	}
-	text := name + ": " + errNoise.ReplaceAllString(err.Error(), "…")
+	text := name + ": " + redistest.ErrorNoise.ReplaceAllString(err.Error(), "…")
 	if len(text) > 200 {
 		text = text[:200]
 	}
@@ -497,10 +398,6 @@ func (r *migRig) noteErr(name string, err error) {
 	}
 	r.mu.Unlock()
 }
-
-// errNoise matches the parts of error texts that differ between sessions
-// and batches.
-var errNoise = regexp.MustCompile(`"mig-[0-9]+"|batch of [0-9]+ events|script: [0-9a-f]+|[0-9.]+:[0-9]+`)
 
 // transient reports whether repeating the same request may succeed: the
 // server refused it for now, or the connection failed. A reply of the
@@ -982,7 +879,7 @@ func (r *migRig) report(extra string) {
 		unreadable, len(open), unhandled, misdelivered, halfApplied, unackedStored,
 		r.ops.Load(), r.overlapped.Load(), r.unavailable.Load(), r.otherErrs.Load(), r.finalErrs.Load(), r.stuckCompletions.Load(), r.busyKeys.Load(), len(r.migrateErrs),
 		r.takeovers.Load(), r.superseded.Load(), r.replays.Load(), r.repairs.Load(), r.repairSent.Load(),
-		r.client.nonLocal.Load(), r.client.tryAgain.Load(), r.client.askMoved.Load(), r.client.clusterDown.Load())
+		r.client.NonLocal.Load(), r.client.TryAgain.Load(), r.client.AskMoved.Load(), r.client.ClusterDown.Load())
 	if len(errs) > 0 {
 		t.Logf("errors callers saw (first kinds):\n  %s", strings.Join(errs, "\n  "))
 	}
@@ -994,7 +891,7 @@ func (r *migRig) report(extra string) {
 	switch {
 	case ackedTotal == 0:
 		t.Error("nothing was appended")
-	case r.overlapped.Load() == 0 && r.client.total() == 0:
+	case r.overlapped.Load() == 0 && r.client.Refusals() == 0:
 		t.Error("no operation ran while a slot was being moved, none was refused: the test proved nothing")
 	}
 	if lost > 0 || duplicated > 0 || wedged > 0 || unreadable > 0 || unhandled > 0 || misdelivered > 0 || halfApplied > 0 || unlistedWork > 0 {

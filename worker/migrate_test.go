@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/keys"
@@ -71,7 +69,7 @@ type wmRig struct {
 	sessions []string
 	slotOf   map[string]int
 	store    *redisstore.Store // the appenders' and the checks' store
-	clients  []*wmClient
+	clients  []*redistest.CountingClient
 
 	moving [redistest.ClusterSlots]atomic.Int32 // slots some node shows open
 	seq    atomic.Int64
@@ -92,47 +90,6 @@ type wmRig struct {
 
 	appended, batches, givenUp, appendErrs atomic.Int64
 	overlapped                             atomic.Int64 // handler calls and appends while their slot was open
-}
-
-// wmClient is a store's client: it counts the replies Redis gave that
-// refused a command because of a slot move (the store retries them;
-// rueidis follows ASK and MOVED itself).
-type wmClient struct {
-	rueidis.Client
-	tryAgain, askMoved, clusterDown, nonLocal atomic.Int64
-}
-
-// Do sends cmd and counts a refusal.
-func (c *wmClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	res := c.Client.Do(ctx, cmd)
-	c.note(res.Error())
-	return res
-}
-
-// DoMulti sends cmds and counts their refusals.
-func (c *wmClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	res := c.Client.DoMulti(ctx, cmds...)
-	for _, r := range res {
-		c.note(r.Error())
-	}
-	return res
-}
-
-func (c *wmClient) note(err error) {
-	var re *rueidis.RedisError
-	if !errors.As(err, &re) {
-		return
-	}
-	switch msg := re.Error(); {
-	case strings.Contains(msg, "non local key"):
-		c.nonLocal.Add(1)
-	case strings.HasPrefix(msg, "TRYAGAIN"):
-		c.tryAgain.Add(1)
-	case strings.HasPrefix(msg, "ASK") || strings.HasPrefix(msg, "MOVED"):
-		c.askMoved.Add(1)
-	case strings.HasPrefix(msg, "CLUSTERDOWN"):
-		c.clusterDown.Add(1)
-	}
 }
 
 // TestWorkerSurvivesReshard: see the comment above the constants.
@@ -373,7 +330,7 @@ func newWMRig(t *testing.T, ctx context.Context, cl *redistest.ClusterInstance, 
 // newStore returns a store on the rig's prefix with a client of its own.
 func (r *wmRig) newStore(consumers []a2redis.Consumer) *redisstore.Store {
 	r.t.Helper()
-	c := &wmClient{Client: r.cl.Client(r.t)}
+	c := redistest.NewCountingClient(r.cl.Client(r.t))
 	r.clients = append(r.clients, c)
 	s, err := redisstore.New(r.ctx, c, redisstore.Config{Prefix: r.prefix, Consumers: consumers})
 	if err != nil {
@@ -776,10 +733,10 @@ func (r *wmRig) report(p wmReport) {
 
 	var tryAgain, askMoved, clusterDown, nonLocal int64
 	for _, c := range r.clients {
-		nonLocal += c.nonLocal.Load()
-		tryAgain += c.tryAgain.Load()
-		askMoved += c.askMoved.Load()
-		clusterDown += c.clusterDown.Load()
+		nonLocal += c.NonLocal.Load()
+		tryAgain += c.TryAgain.Load()
+		askMoved += c.AskMoved.Load()
+		clusterDown += c.ClusterDown.Load()
 	}
 	runtimeErrs := 0
 	for _, n := range r.runtimeErrs {
