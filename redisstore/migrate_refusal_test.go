@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,8 +183,10 @@ func TestEveryWriteRefusedWhileItsSlotMigrates(t *testing.T) {
 	}
 	require.NoError(t, do(dst, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "IMPORTING", cl.NodeID(src)).Error())
 	require.NoError(t, do(src, "CLUSTER", "SETSLOT", fmt.Sprint(slot), "MIGRATING", cl.NodeID(dst)).Error())
+	host, port, err := net.SplitHostPort(dst)
+	require.NoError(t, err)
 	move := func(key string) {
-		require.NoError(t, do(src, "MIGRATE", dst[:len(dst)-len(portOf(dst))-1], portOf(dst), "", "0", "5000", "KEYS", key).Error(), key)
+		require.NoError(t, do(src, "MIGRATE", host, port, "", "0", "5000", "KEYS", key).Error(), key)
 	}
 
 	refusedAll := func(stage string) {
@@ -206,7 +210,7 @@ func TestEveryWriteRefusedWhileItsSlotMigrates(t *testing.T) {
 	before := dump()
 	var rest []string
 	for key := range before {
-		if addr, name, _ := cut(key); addr == src {
+		if addr, name, _ := strings.Cut(key, " "); addr == src {
 			rest = append(rest, name)
 		}
 	}
@@ -240,27 +244,9 @@ func TestEveryWriteRefusedWhileItsSlotMigrates(t *testing.T) {
 	require.Len(t, dead, 1)
 	assert.Equal(t, z.Index, dead[0].Index)
 	for key := range dump() {
-		addr, _, _ := cut(key)
+		addr, _, _ := strings.Cut(key, " ")
 		assert.Equal(t, dst, addr, "a key of the slot is left on %s: %s", addr, key)
 	}
-}
-
-func portOf(addr string) string {
-	for i := len(addr) - 1; i >= 0; i-- {
-		if addr[i] == ':' {
-			return addr[i+1:]
-		}
-	}
-	return addr
-}
-
-func cut(key string) (addr, name string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == ' ' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return "", key, false
 }
 
 // A repair pass over a cluster with a dead master reads every live master,
