@@ -1,5 +1,6 @@
-# Targets match what CI runs: .ci/run runs `make test`, then `make test-race`.
-.PHONY: test test-race test-short bench bench-quick bench-micro lint quickstart soak screenshots
+# Targets match what CI runs: .ci/run runs `make test`, then `make
+# test-valkey`, then `make test-race`.
+.PHONY: test test-race test-short test-valkey bench bench-quick bench-micro lint quickstart soak screenshots
 
 # The Docker targets (internal/redistest/dockertarget) are a module of their
 # own, so that testcontainers-go stays out of what importers download; they
@@ -12,14 +13,36 @@ OTEL_EXAMPLE = examples/otel
 
 # The dashboard's browser tests (headless Chromium through chromedp) are a
 # module of their own too, so chromedp stays out of the library's graph.
-BROWSER_MODULE = internal/inspect/browsertest
+BROWSER_MODULE = cmd/a2redis-inspect/inspect/browsertest
 
 test:
 	go test ./... -count=1 -timeout 20m
+	# The differential test again, every seed through the general scripts
+	# only (the store tries the flat fast paths first by default).
+	go test ./conformance -run TestDifferential -count=1 -timeout 20m -args -scripts=general
 	cd bench && go test . -count=1 -timeout 10m
 	cd $(DOCKER_MODULE) && go test ./... -count=1 -timeout 20m
 	cd $(OTEL_EXAMPLE) && go test ./... -count=1 -timeout 10m
 	cd $(BROWSER_MODULE) && go test ./... -count=1 -timeout 10m
+
+# The library's module again with Valkey as every spawned server: the
+# directory of a Valkey build (valkey-server, valkey-cli); CI has it beside
+# the clone. A temporary directory first on PATH names them redis-server and
+# redis-cli, so every test that spawns a server or a cluster spawns Valkey.
+# Without the build it is skipped — with CI=true, a failure.
+VALKEY_BIN ?= ../shared/servers/valkey-8.0.1/bin
+
+test-valkey:
+	@if [ ! -x "$(VALKEY_BIN)/valkey-server" ] || [ ! -x "$(VALKEY_BIN)/valkey-cli" ]; then \
+	  if [ "$$CI" = true ]; then echo "test-valkey: no Valkey build in $(VALKEY_BIN) (CI=true: a failure)"; exit 1; fi; \
+	  echo "test-valkey: no Valkey build in $(VALKEY_BIN): skipped"; exit 0; \
+	fi; \
+	bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
+	ln -s "$$(cd "$(VALKEY_BIN)" && pwd)/valkey-server" "$$bin/redis-server" && \
+	ln -s "$$(cd "$(VALKEY_BIN)" && pwd)/valkey-cli" "$$bin/redis-cli" && \
+	PATH="$$bin:$$PATH" && export PATH && \
+	redis-server --version | grep -q '^Valkey server' && redis-server --version && \
+	go test ./... -count=1 -timeout 20m
 
 test-short:
 	go test ./... -short -count=1
@@ -39,9 +62,14 @@ bench-quick:
 bench-micro:
 	go test ./redisstore -run '^$$' -bench . -benchtime 2s -count 3
 
+# staticcheck at a pinned version, run from the module cache (go run
+# fetches it the first time).
+STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	test -z "$$(gofmt -l .)"
 	go vet ./...
+	go run $(STATICCHECK) ./...
 	cd bench && go vet ./...
 	cd $(DOCKER_MODULE) && go vet ./...
 	cd $(OTEL_EXAMPLE) && go vet ./...

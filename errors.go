@@ -28,6 +28,11 @@ var (
 	// release writes. Point the store at a fresh prefix.
 	ErrLayoutMismatch = errors.New("a2redis: key layout mismatch")
 
+	// ErrConsumerMismatch: a consumer declared (Config.Consumers,
+	// Store.AddConsumers) unlike the prefix's registered consumer of that
+	// name. Typed as *redisstore.ConsumerMismatchError. Nothing was written.
+	ErrConsumerMismatch = errors.New("a2redis: consumer declared unlike the registry")
+
 	// ErrRangeGap: a read found the log not contiguous where it must be.
 	ErrRangeGap = errors.New("a2redis: gap in the event log")
 
@@ -53,6 +58,14 @@ var (
 	// was written; every operation may be retried. The store retries it
 	// itself (Config.Retries) before returning it.
 	ErrUnavailable = errors.New("a2redis: unavailable")
+
+	// ErrRejected: the server answered a write with an error reply that is
+	// not a refusal for now (not ErrUnavailable): the request breaks a
+	// bound of the server's (a size past its proto-max-bulk-len, a script
+	// limit) or meets data it cannot work on (a key of the wrong type).
+	// Sending the same request again fails the same way: a BatchError
+	// wrapping it does not ask for a resend. The error wraps the reply.
+	ErrRejected = errors.New("a2redis: rejected by the server")
 
 	// ErrNotReplicated: a write was applied by the master, but fewer
 	// replicas (or AOF fsyncs) than Config.Durability asks for acknowledged
@@ -157,11 +170,13 @@ func (e *ReplicationError) Unwrap() error { return e.Err }
 // BatchError is the error of an Append, or of a CompleteAttempt returning
 // events, that the store gave up on after sending it: the server was
 // unavailable, the transport failed (the batch may have been written), the
-// caller's context ended, or the write was not replicated. It carries the
-// event ids the batch was sent with, generated ones included: sending the
-// same events again with these ids (see WithIDs) writes the batch if no try
-// did, and replays the stored rows if one did, so a retry never
-// duplicates. It wraps the cause (errors.Is works on it).
+// caller's context ended, or the write was not replicated — or the server
+// rejected it (ErrRejected). It carries the event ids the batch was sent
+// with, generated ones included: unless it wraps ErrRejected (Retryable
+// reports which), sending the same events again with these ids (see
+// WithIDs) writes the batch if no try did, and replays the stored rows if
+// one did, so a retry never duplicates. A rejected batch fails the same way
+// however often it is sent. It wraps the cause (errors.Is works on it).
 type BatchError struct {
 	// Session is the session id.
 	Session string
@@ -173,9 +188,17 @@ type BatchError struct {
 
 // Error implements error.
 func (e *BatchError) Error() string {
+	if !e.Retryable() {
+		return fmt.Sprintf("a2redis: batch of %d events in session %q rejected by the server (sending it again fails the same way): %v",
+			len(e.IDs), e.Session, e.Err)
+	}
 	return fmt.Sprintf("a2redis: batch of %d events in session %q not confirmed (send it again with the same ids to replay it): %v",
 		len(e.IDs), e.Session, e.Err)
 }
+
+// Retryable reports whether sending the batch again can succeed: false
+// when the server rejected it (ErrRejected).
+func (e *BatchError) Retryable() bool { return !errors.Is(e.Err, ErrRejected) }
 
 // Unwrap returns the cause.
 func (e *BatchError) Unwrap() error { return e.Err }

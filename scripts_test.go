@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -16,10 +16,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/internal/scripts"
-	"github.com/a2redis/a2redis/keys"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -207,9 +205,10 @@ func TestScriptsDefineEveryHelperTheyUse(t *testing.T) {
 		}
 	}
 	comment := regexp.MustCompile(`--.*`)
+	literal := regexp.MustCompile(`'(?:[^'\\\n]|\\.)*'`)
 	word := regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 	for _, name := range scriptNames() {
-		code := comment.ReplaceAllString(scripts.All()[name].Source, "")
+		code := comment.ReplaceAllString(literal.ReplaceAllString(scripts.All()[name].Source, "''"), "")
 		defined := map[string]int{} // helper -> offset of its definition
 		for _, m := range definition.FindAllStringSubmatchIndex(code, -1) {
 			defined[code[m[2]:m[3]]] = m[0]
@@ -269,36 +268,178 @@ func TestScriptHeaders(t *testing.T) {
 	}
 }
 
-// TestScriptConstantsMatchGo checks the constants util.lua spells again.
-func TestScriptConstantsMatchGo(t *testing.T) {
-	src, err := os.ReadFile("lua/include/util.lua")
+// TestInlinePastesBlocks checks --@block/--@inline: a block composes in
+// place in its include, pastes re-indented and renamed (never inside
+// strings, comments or after a '.'), expands nested blocks with the outer
+// renames, and every misuse is an error.
+func TestInlinePastesBlocks(t *testing.T) {
+	files := fstest.MapFS{
+		"general.lua": {Data: []byte("--@include lib\nreturn twice(2) + noted(0)\n")},
+		"flat.lua":    {Data: []byte("local n, out = 2, 0\nif n then\n  --@inline double x=n y=out x2=n2\nend\nreturn out\n")},
+		"include/lib.lua": {Data: []byte(strings.Join([]string{
+			"local function twice(x)",
+			"  local y",
+			"  --@block double",
+			"  -- y: twice x",
+			"  local z, x2 = x, x",
+			"  y = z + x2 -- 'x' stays",
+			"  --@inline note",
+			"  --@end",
+			"  return y",
+			"end",
+			"local function noted(y)",
+			"  --@block note",
+			"  local t = { x = 'x', [y] = 1 } t.x = y",
+			"  --@end",
+			"  return t.x",
+			"end",
+			"",
+		}, "\n"))},
+	}
+	loaded, err := scripts.Load(files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clearType := regexp.MustCompile(`(?m)^local CLEAR_TYPE = '([^'\\]*)'$`).FindSubmatch(src)
-	if clearType == nil {
-		t.Fatal("util.lua has no line local CLEAR_TYPE = '...'")
+	flat := loaded["flat"]
+	want := "local n, out = 2, 0\nif n then\n  -- y: twice x\n  local z, n2 = n, n\n  out = z + n2 -- 'x' stays\n  local t = { x = 'x', [out] = 1 } t.x = out\nend\nreturn out"
+	if got := strings.TrimSpace(flat.Source); got != want {
+		t.Errorf("flat composed to\n%s\nwant\n%s", got, want)
 	}
-	if got := string(clearType[1]); got != a2redis.ClearEventType {
-		t.Errorf("util.lua CLEAR_TYPE = %q, a2redis.ClearEventType = %q", got, a2redis.ClearEventType)
+	if strings.Join(flat.Inlined, ",") != "lib" || len(flat.Includes) != 0 {
+		t.Errorf("flat: Includes %v, Inlined %v; want none and [lib]", flat.Includes, flat.Inlined)
 	}
-	chunk := regexp.MustCompile(`(?m)^local CHUNK = (\d+)$`).FindSubmatch(src)
-	if chunk == nil {
-		t.Fatal("util.lua has no line local CHUNK = <integer>")
+	if g := loaded["general"].Source; !strings.Contains(g, "  y = z + x2") || strings.Contains(g, "--@") {
+		t.Errorf("general composed to\n%s", g)
 	}
-	if got, _ := strconv.Atoi(string(chunk[1])); got != keys.HeadChunkSize {
-		t.Errorf("util.lua CHUNK = %d, keys.HeadChunkSize = %d", got, keys.HeadChunkSize)
-	}
-	for name, want := range map[string]string{"CHUNK_PIN": keys.ChunkPin, "CHUNK_PIN_VALUE": keys.ChunkPinValue} {
-		m := regexp.MustCompile(`(?m)^local ` + name + ` = '([^'\\]*)'$`).FindSubmatch(src)
-		if m == nil {
-			t.Fatalf("util.lua has no line local %s = '...'", name)
-		}
-		if got := string(m[1]); got != want {
-			t.Errorf("util.lua %s = %q, keys = %q", name, got, want)
+	client := redistest.Server(t)
+	for name, s := range loaded {
+		reply, err := client.Do(context.Background(), client.B().Eval().Script(s.Source).Numkeys(0).Build()).AsInt64()
+		if err != nil || reply != 4 {
+			t.Errorf("EVAL %s = %d, %v; want 4", name, reply, err)
 		}
 	}
-	if len(keys.ChunkPinValue) <= 64 {
-		t.Errorf("keys.ChunkPinValue is %d bytes; it must exceed hash-max-listpack-value (64)", len(keys.ChunkPinValue))
+
+	lib := files["include/lib.lua"]
+	for _, c := range []struct {
+		name string
+		main string
+		lib  string
+		want string
+	}{
+		{"unknown block", "--@inline nowhere\n", "", `block "nowhere" not found`},
+		{"rename of nothing", "--@inline note q=r\n", "", "q names no identifier"},
+		{"bad rename", "--@inline note x\n", "", "is not a rename"},
+		{"block in a script", "--@block b\n--@end\n", "", "blocks are defined in includes"},
+		{"circular blocks", "--@inline a\n", "--@block a\n--@inline b\n--@end\n--@block b\n--@inline a\n--@end\n", "circular"},
+		{"unterminated block", "return 1\n", "--@block a\nlocal a = 1\n", "has no --@end"},
+		{"nested block", "return 1\n", "--@block a\n--@block b\n--@end\n--@end\n", "opens inside"},
+		{"stray end", "return 1\n", "--@end\n", "outside a block"},
+		{"block defined twice", "return 1\n", "--@block note\n--@end\n", "defined in"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fsys := fstest.MapFS{"main.lua": {Data: []byte(c.main)}, "include/lib.lua": lib}
+			if c.lib != "" {
+				fsys["include/other.lua"] = &fstest.MapFile{Data: []byte(c.lib)}
+			}
+			_, err := scripts.Load(fsys)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Load: %v; want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestShakeDropsUnusedConstants: a constant no kept code names is dropped
+// with its comment; a used one stays.
+func TestShakeDropsUnusedConstants(t *testing.T) {
+	src := "-- about A\nlocal A = 'a' -- from Go\nlocal B = 12\nlocal C = '\\1R'\nlocal function f() return C end\nreturn B\n"
+	got := scripts.Shake(src)
+	if got != "local B = 12\nreturn B\n" {
+		t.Errorf("Shake kept\n%s", got)
+	}
+}
+
+// flatScripts are the hot-path scripts written without the session and
+// cursor includes; the store tries them first (scripts.SetGeneralOnly).
+var flatScripts = []string{"append_one", "append_targeted", "append_plain", "claim_fast", "complete_fast"}
+
+// TestFlatScriptsCopyNothingByHand guards the one source of the flat
+// scripts: no line of code of one (44 bytes or more, comments aside: shorter lines are argument reads and idioms) is
+// spelled again in another Lua file. What they share with the general
+// scripts, or with each other, they paste from a block (--@inline).
+func TestFlatScriptsCopyNothingByHand(t *testing.T) {
+	files, err := filepath.Glob("lua/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	includes, err := filepath.Glob("lua/include/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := map[string][]string{} // line -> where it is spelled
+	for _, file := range append(files, includes...) {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, line := range strings.Split(string(src), "\n") {
+			code := strings.TrimSpace(line)
+			if len(code) >= 44 && !strings.HasPrefix(code, "--") {
+				at[code] = append(at[code], fmt.Sprintf("%s:%d", file, n+1))
+			}
+		}
+	}
+	for _, name := range flatScripts {
+		file := "lua/" + name + ".lua"
+		for code, places := range at {
+			others, mine := 0, false
+			for _, p := range places {
+				if strings.HasPrefix(p, file+":") {
+					mine = true
+				} else {
+					others++
+				}
+			}
+			if !mine || others == 0 {
+				continue
+			}
+			for _, p := range places {
+				if strings.HasPrefix(p, file+":") {
+					t.Errorf("%s: %q is spelled %d times (%v): paste it from one block", name, code, len(places), places)
+					break
+				}
+			}
+		}
+	}
+}
+
+// TestLayoutConstantsAreLiterals: a composed script spells each layout
+// constant's value where it uses it (scripts.Constants), so no composed
+// script names one, and a negative value keeps its sign in any expression.
+func TestLayoutConstantsAreLiterals(t *testing.T) {
+	src, err := os.ReadFile("lua/include/layout.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^local ([A-Z][A-Z0-9_]*) = `).FindAllStringSubmatch(string(src), -1) {
+		names[m[1]] = true
+	}
+	if len(names) < 40 {
+		t.Fatalf("layout.lua defines %d constants", len(names))
+	}
+	word := regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	comment := regexp.MustCompile(`--.*`)
+	for _, name := range scriptNames() {
+		for _, w := range word.FindAllString(comment.ReplaceAllString(scripts.All()[name].Source, ""), -1) {
+			if names[w] {
+				t.Errorf("composed %s still names %s", name, w)
+				break
+			}
+		}
+	}
+	got := scripts.Constants("local A = -6 -- from Go\nlocal B = 'b'\nreturn x-A .. B .. 'B' -- B", map[string]bool{"A": true, "B": true})
+	if want := "return x-(-6) .. 'b' .. 'B' -- B"; got != want {
+		t.Errorf("Constants = %q, want %q", got, want)
 	}
 }

@@ -28,6 +28,18 @@ type Event struct {
 	// a Lane joins that lane's FIFO, one without gets an event cursor of its
 	// own (concurrent handling).
 	Targets []Target
+	// NotBefore, when set, schedules the event: its targets' heads are not
+	// claimable before this time (by the store's clock, to the
+	// millisecond). The event still takes its index at append time; an
+	// event-cursor head waits alone, while a lane waits behind its
+	// scheduled head (strict order: its later events wait too; give work
+	// that must not wait a lane of its own). A scheduled head is held, not
+	// failed: it counts no failure and the ready index lists the session at
+	// NotBefore. Log cursors, which read the whole log, are not held. It
+	// needs Targets, and must lie after 1970 and before keys.HeldOffset
+	// milliseconds (about the year 37600); a time already passed is no
+	// delay.
+	NotBefore time.Time
 }
 
 // Target names a consumer that must handle an event.
@@ -107,6 +119,9 @@ type StoredEvent struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Cause is the consumer attempt that produced it, if any.
 	Cause *Cause `json:"cause,omitempty"`
+	// NotBefore is the event's scheduled time (Event.NotBefore); zero when
+	// it was not scheduled.
+	NotBefore time.Time `json:"not_before,omitzero"`
 	// Trace is the trace context the append that wrote it carried (a W3C
 	// traceparent), stored only when the store's Observer supplied one
 	// (tracing on); empty otherwise.
@@ -120,6 +135,25 @@ type Consumer struct {
 	// Log, when set, makes the consumer read the whole log filtered by
 	// event type through a log cursor.
 	Log *LogSpec
+	// PerSession, when positive, is the most heads of one session this
+	// consumer has in flight at once across every claimer of the prefix
+	// (claimed and not yet completed, failed, released or cancelled; a
+	// lapsed claim counts until it is taken over): 1 runs a session's
+	// heads one at a time without lanes. Heads over it wait, free, with no
+	// failure counted; a retry hold is not in flight. The claim script
+	// enforces it from the session's count of heads in flight. It is a
+	// setting, not part of the consumer's identity: the registry's value
+	// is the one claims use, and AddConsumers with another value changes
+	// it. Zero for no limit; not for a Log consumer (its one cursor has
+	// one head in flight at most).
+	PerSession int
+	// MaxFailures, when positive, dead-letters a head of this consumer at
+	// that many failures (a failed attempt's report, or the takeover of a
+	// lapsed claim); it wins over the value a request gives
+	// (FailRequest.MaxFailures, ClaimRequest.MaxFailures, the worker's
+	// Config.MaxFailures), which apply to consumers that set none. A
+	// setting, like PerSession: the registry's value is the one used.
+	MaxFailures int
 }
 
 // LogSpec declares a log cursor: a consumer that reads every event of some
@@ -159,9 +193,9 @@ const (
 	LogCursor CursorKind = "log"
 )
 
-// Dispatch is a head's claim and failure bookkeeping. Zero times mean
+// HeadState is a head's claim and failure bookkeeping. Zero times mean
 // "never".
-type Dispatch struct {
+type HeadState struct {
 	// Attempts counts the claims of this head (the current attempt number).
 	Attempts int64 `json:"attempts"`
 	// FirstClaimedAt is when it was first claimed.
@@ -186,9 +220,9 @@ type Dispatch struct {
 }
 
 // DeadLettered reports whether the head is dead-lettered.
-func (d Dispatch) DeadLettered() bool { return !d.DeadLetteredAt.IsZero() }
+func (d HeadState) DeadLettered() bool { return !d.DeadLetteredAt.IsZero() }
 
-// HeadEvent is a head with its event and dispatch state.
+// HeadEvent is a head with its event and its claim and failure state.
 type HeadEvent struct {
 	StoredEvent
 	// Consumer is the consumer whose head this is.
@@ -197,7 +231,7 @@ type HeadEvent struct {
 	Lane string `json:"lane,omitempty"`
 	// Kind is the cursor's kind.
 	Kind CursorKind `json:"kind"`
-	Dispatch
+	HeadState
 }
 
 // Ref names this head.
@@ -220,5 +254,5 @@ type Cursor struct {
 	Position int64 `json:"position"`
 	// Head is the index it must handle next; 0 when it has none.
 	Head int64 `json:"head"`
-	Dispatch
+	HeadState
 }

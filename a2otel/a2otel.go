@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -72,6 +73,11 @@ const (
 	KeyShard = attribute.Key("a2redis.ready.shard")
 	// KeyState is due or held (a2redis.ready.sessions).
 	KeyState = attribute.Key("a2redis.ready.state")
+	// KeyRetention is what a retention pass did with the sessions it
+	// counts (a2redis.retention.sessions): scanned, ended, dropped,
+	// changed (an append came between its look and its act) or skipped
+	// (unreadable: their slot moving, their node down).
+	KeyRetention = attribute.Key("a2redis.retention.result")
 )
 
 // The messaging convention's attribute keys.
@@ -125,8 +131,17 @@ type Instrumentation struct {
 	inFlight        metric.Int64UpDownCounter
 	outcomes        metric.Int64Counter
 
+	retentionPasses   metric.Int64Counter
+	retentionSessions metric.Int64Counter
+	retentionSets     map[string]metric.MeasurementOption // by KeyRetention value
+	system            metric.MeasurementOption            // messaging.system alone
+
 	readySessions metric.Int64ObservableGauge
 	readyAge      metric.Float64ObservableGauge
+	paused        metric.Int64ObservableGauge
+	deadHeads     metric.Int64ObservableGauge
+	deadSessions  metric.Int64ObservableGauge
+	deadAge       metric.Float64ObservableGauge
 
 	ops    map[string]opAttrs       // per store operation name
 	plain  metric.MeasurementOption // the store counters' attributes
@@ -197,9 +212,26 @@ func New(cfg Config) (*Instrumentation, error) {
 	i.inFlight, err = m.Int64UpDownCounter("a2redis.handlers.in_flight", metric.WithDescription("Handlers running."), metric.WithUnit("{handler}"))
 	errs = append(errs, err)
 	i.outcomes = count("a2redis.worker.outcomes", "Claimed heads by outcome (a2redis.outcome).")
+	i.retentionPasses, err = m.Int64Counter("a2redis.retention.passes", metric.WithDescription("Retention passes this process ran (worker.Config.Retention)."), metric.WithUnit("{pass}"))
+	errs = append(errs, err)
+	i.retentionSessions, err = m.Int64Counter("a2redis.retention.sessions", metric.WithDescription("Sessions retention passes scanned, ended, dropped, found changed or skipped (a2redis.retention.result)."), metric.WithUnit("{session}"))
+	errs = append(errs, err)
+	i.retentionSets = map[string]metric.MeasurementOption{}
+	i.system = metric.WithAttributeSet(attribute.NewSet(keySystem.String(System)))
+	for _, result := range []string{"scanned", "ended", "dropped", "changed", "skipped"} {
+		i.retentionSets[result] = metric.WithAttributeSet(attribute.NewSet(keySystem.String(System), KeyRetention.String(result)))
+	}
 	i.readySessions, err = m.Int64ObservableGauge("a2redis.ready.sessions", metric.WithDescription("Sessions the ready index lists, by shard and state (due: claimable now; held: once a claim or retry hold ends)."), metric.WithUnit("{session}"))
 	errs = append(errs, err)
 	i.readyAge, err = m.Float64ObservableGauge("a2redis.ready.oldest_age", metric.WithDescription("Age of the oldest due work per ready-index shard (0 when none)."), metric.WithUnit("s"))
+	errs = append(errs, err)
+	i.paused, err = m.Int64ObservableGauge("a2redis.consumer.paused", metric.WithDescription("1 while a registered consumer is paused on the prefix (redisstore.Store.PauseConsumer), else 0, per consumer group."), metric.WithUnit("1"))
+	errs = append(errs, err)
+	i.deadHeads, err = m.Int64ObservableGauge("a2redis.dead_letters", metric.WithDescription("Dead-lettered heads on the prefix (the dead index's total)."), metric.WithUnit("{head}"))
+	errs = append(errs, err)
+	i.deadSessions, err = m.Int64ObservableGauge("a2redis.dead_letters.sessions", metric.WithDescription("Sessions of the prefix that hold dead-lettered heads."), metric.WithUnit("{session}"))
+	errs = append(errs, err)
+	i.deadAge, err = m.Float64ObservableGauge("a2redis.dead_letters.oldest_age", metric.WithDescription("How long the session that has held dead letters longest has held them (0 when none)."), metric.WithUnit("s"))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("a2otel: %w", err)
@@ -419,6 +451,20 @@ func (i *Instrumentation) OnOutcome(ctx context.Context, o worker.Outcome) {
 		keySystem.String(System), keyConsumerGroup.String(o.Head.Consumer), KeyOutcome.String(string(o.Kind))))
 }
 
+// OnRetention counts a retention pass (a2redis.retention.passes) and the
+// sessions it scanned, ended, dropped, found changed and skipped
+// (a2redis.retention.sessions, by a2redis.retention.result): set it as
+// worker.Hooks.OnRetention. A pass that ends or drops nothing for hours
+// while sessions pile up, or one that keeps skipping, shows here.
+func (i *Instrumentation) OnRetention(ctx context.Context, r redisstore.RetentionResult) {
+	i.retentionPasses.Add(ctx, 1, i.system)
+	for result, n := range map[string]int{"scanned": r.Scanned, "ended": r.Ended, "dropped": r.Dropped, "changed": r.Changed, "skipped": r.Skipped} {
+		// Zeros too: every series exists from the first pass on, so a
+		// rate over it is defined.
+		i.retentionSessions.Add(ctx, int64(n), i.retentionSets[result])
+	}
+}
+
 // ObserveReady registers the ready-index gauges of a store: the sessions
 // due and held and the age of the oldest due work, per shard, read with
 // redisstore.Store.ReadyStats at each collection (a few commands per
@@ -443,6 +489,53 @@ func (i *Instrumentation) ObserveReady(store *redisstore.Store) (metric.Registra
 		}
 		return nil
 	}, i.readySessions, i.readyAge)
+}
+
+// ObserveConsumers registers the consumer gauges of a store:
+// a2redis.consumer.paused (1 while paused, else 0) for every consumer of
+// the prefix's registry, read with redisstore.Store.ReadConsumers at each
+// collection (one GET). Unregister the returned registration to stop.
+func (i *Instrumentation) ObserveConsumers(store *redisstore.Store) (metric.Registration, error) {
+	return i.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		list, _, err := store.ReadConsumers(ctx)
+		if err != nil {
+			return err
+		}
+		paused := store.Paused()
+		for _, c := range list {
+			v := int64(0)
+			if slices.Contains(paused, c.Name) {
+				v = 1
+			}
+			o.ObserveInt64(i.paused, v, metric.WithAttributes(keySystem.String(System), keyConsumerGroup.String(c.Name)))
+		}
+		return nil
+	}, i.paused)
+}
+
+// ObserveDeadLetters registers the dead-letter gauges of a store's prefix:
+// a2redis.dead_letters (heads), a2redis.dead_letters.sessions and
+// a2redis.dead_letters.oldest_age, read with
+// redisstore.Store.DeadSummaryOf at each collection (per ready shard, a
+// ZRANGE and HSCAN pages over the sessions that hold dead letters: the
+// cost grows with those sessions only). "Dead letters > 0" needs no scan
+// of the keyspace. Unregister the returned registration to stop.
+func (i *Instrumentation) ObserveDeadLetters(store *redisstore.Store) (metric.Registration, error) {
+	return i.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		sum, err := store.DeadSummaryOf(ctx)
+		if err != nil {
+			return err
+		}
+		attrs := metric.WithAttributes(keySystem.String(System))
+		o.ObserveInt64(i.deadHeads, sum.DeadLetters, attrs)
+		o.ObserveInt64(i.deadSessions, sum.Sessions, attrs)
+		age := 0.0
+		if !sum.Oldest.IsZero() {
+			age = max(0, store.Now().Sub(sum.Oldest).Seconds())
+		}
+		o.ObserveFloat64(i.deadAge, age, attrs)
+		return nil
+	}, i.deadHeads, i.deadSessions, i.deadAge)
 }
 
 var _ redisstore.Observer = (*Instrumentation)(nil)

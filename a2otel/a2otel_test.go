@@ -314,3 +314,122 @@ func TestUntracedAppendStoresNoContext(t *testing.T) {
 		})
 	}
 }
+
+// TestPausedGauge: a2redis.consumer.paused is 1 for a paused consumer and
+// 0 for the others, per consumer group.
+func TestPausedGauge(t *testing.T) {
+	for _, tg := range redistest.Targets {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			client := tg.Client(t)
+			side := newSide(t, true)
+			store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: redistest.Prefix(t), Consumers: consumers})
+			require.NoError(t, err)
+			reg, err := side.inst.ObserveConsumers(store)
+			require.NoError(t, err)
+			defer func() { _ = reg.Unregister() }()
+			require.NoError(t, store.PauseConsumer(ctx, "mailer"))
+			gauge, ok := side.metrics(t)["a2redis.consumer.paused"].Data.(metricdata.Gauge[int64])
+			require.True(t, ok)
+			values := map[string]int64{}
+			for _, p := range gauge.DataPoints {
+				group, _ := p.Attributes.Value("messaging.consumer.group.name")
+				values[group.AsString()] = p.Value
+			}
+			want := map[string]int64{}
+			for _, c := range consumers {
+				want[c.Name] = 0
+			}
+			want["mailer"] = 1
+			assert.Equal(t, want, values)
+		})
+	}
+}
+
+// TestDeadLetterGauges: the dead-letter gauges follow the dead index: 0
+// with none, then the heads and sessions dead-lettered, with their age.
+func TestDeadLetterGauges(t *testing.T) {
+	for _, tg := range redistest.Targets {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			side := newSide(t, true)
+			store, err := redisstore.New(ctx, tg.Client(t), redisstore.Config{Prefix: redistest.Prefix(t), Consumers: consumers})
+			require.NoError(t, err)
+			reg, err := side.inst.ObserveDeadLetters(store)
+			require.NoError(t, err)
+			defer func() { _ = reg.Unregister() }()
+			read := func() (heads, sessions int64, age float64) {
+				m := side.metrics(t)
+				h, ok := m["a2redis.dead_letters"].Data.(metricdata.Gauge[int64])
+				require.True(t, ok)
+				s, ok := m["a2redis.dead_letters.sessions"].Data.(metricdata.Gauge[int64])
+				require.True(t, ok)
+				a, ok := m["a2redis.dead_letters.oldest_age"].Data.(metricdata.Gauge[float64])
+				require.True(t, ok)
+				return h.DataPoints[0].Value, s.DataPoints[0].Value, a.DataPoints[0].Value
+			}
+			heads, sessions, age := read()
+			assert.Equal(t, [3]float64{0, 0, 0}, [3]float64{float64(heads), float64(sessions), age})
+
+			for _, session := range []string{"a", "b"} {
+				_, err := store.Append(ctx, session, []a2redis.Event{
+					{Type: "t", Targets: []a2redis.Target{{Consumer: "mailer"}}},
+					{Type: "t", Targets: []a2redis.Target{{Consumer: "mailer"}}},
+				}, redisstore.AppendOptions{})
+				require.NoError(t, err)
+				claim, err := store.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute})
+				require.NoError(t, err)
+				for _, h := range claim.Heads {
+					res, err := store.FailAttempt(ctx, redisstore.FailRequest{Session: session, Head: h.Ref(), Attempt: h.Attempts, Error: "boom", Permanent: true})
+					require.NoError(t, err)
+					require.Equal(t, redisstore.DeadLettered, res.Outcome)
+				}
+			}
+			heads, sessions, age = read()
+			assert.Equal(t, int64(4), heads)
+			assert.Equal(t, int64(2), sessions)
+			assert.GreaterOrEqual(t, age, 0.0)
+		})
+	}
+}
+
+// TestRetentionMetrics: OnRetention counts a real retention pass — one
+// pass, the sessions it scanned and the idle ones it ended — and a pass
+// that finds nothing idle counts a pass and no ended session.
+func TestRetentionMetrics(t *testing.T) {
+	for _, tg := range redistest.Targets {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			side := newSide(t, true)
+			clock := redistest.NewClock(time.UnixMilli(1_800_000_000_000))
+			store, err := redisstore.New(ctx, tg.Client(t), redisstore.Config{Prefix: redistest.Prefix(t), Consumers: consumers, Clock: clock.Now})
+			require.NoError(t, err)
+			for _, session := range []string{"a", "b"} {
+				_, err := store.Append(ctx, session, []a2redis.Event{{Type: "t"}}, redisstore.AppendOptions{})
+				require.NoError(t, err)
+			}
+			policy := redisstore.RetentionPolicy{IdleFor: time.Hour, MaxScan: 1 << 30, ScanPage: 20_000}
+			pass := func() redisstore.RetentionResult {
+				r, err := store.Retention(ctx, policy, "")
+				require.NoError(t, err)
+				side.inst.OnRetention(ctx, r)
+				return r
+			}
+			quiet := pass()
+			require.Zero(t, quiet.Ended)
+			clock.Advance(2 * time.Hour)
+			r := pass()
+			require.Equal(t, 2, r.Ended)
+			m := side.metrics(t)
+			assert.Equal(t, int64(2), sum(t, m["a2redis.retention.passes"]))
+			sessions := m["a2redis.retention.sessions"]
+			assert.Equal(t, int64(2), sum(t, sessions, a2otel.KeyRetention.String("ended")))
+			assert.Equal(t, int64(quiet.Scanned+r.Scanned), sum(t, sessions, a2otel.KeyRetention.String("scanned")))
+			assert.GreaterOrEqual(t, quiet.Scanned+r.Scanned, 4, "each pass scanned both sessions")
+			assert.Zero(t, sum(t, sessions, a2otel.KeyRetention.String("dropped")))
+		})
+	}
+}

@@ -375,9 +375,9 @@ func drainLanes(ctx context.Context, st *redisstore.Store, sessions []string, la
 				// back claimed.
 				heads := res.Heads
 				for len(heads) > 0 && ctx.Err() == nil {
-					done := make([]redisstore.Completion, len(heads))
+					done := make([]redisstore.Attempt, len(heads))
 					for i, h := range heads {
-						done[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+						done[i] = redisstore.AttemptOf(h)
 					}
 					r, err := st.CompleteAndClaim(ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: done}, redisstore.NextClaim{Holder: "w-" + session, TTL: a2LeaseTTL})
 					if err != nil {
@@ -420,8 +420,9 @@ func a2TypedLog(ctx context.Context, h *harness, n, sessions int) (Measurement, 
 }
 
 // drainTypedLog runs one typed log consumer per session: it claims the
-// session's next head (only events of its type ever are), completes it, and
-// claims again until settled.
+// session's head (only events of its type ever are), then completes each
+// head with CompleteAndClaim, which claims the log cursor's next head in
+// the same script call, until the log has none.
 func drainTypedLog(ctx context.Context, st *redisstore.Store, sessions []string, served []a2redis.Consumer) (handled, claims int64, err error) {
 	var nHandled, nClaims atomic.Int64
 	var wg sync.WaitGroup
@@ -441,16 +442,25 @@ func drainTypedLog(ctx context.Context, st *redisstore.Store, sessions []string,
 				if res.Outcome != redisstore.Claimed || len(res.Heads) == 0 {
 					return
 				}
-				for _, head := range res.Heads {
-					if head.Type != "order.placed" {
-						cancel(fmt.Errorf("a2bench: typed log consumer got a %q event", head.Type))
+				heads := res.Heads
+				for len(heads) > 0 && wctx.Err() == nil {
+					head := heads[0]
+					if len(heads) != 1 || head.Type != "order.placed" {
+						cancel(fmt.Errorf("a2bench: typed log consumer got %d heads, the first a %q event", len(heads), head.Type))
 						return
 					}
-					if _, err := st.CompleteAttempt(wctx, redisstore.CompleteRequest{Session: session, Head: head.Ref(), Attempt: head.Attempts, Consumers: served}); err != nil {
+					r, err := st.CompleteAndClaim(wctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: []redisstore.Attempt{redisstore.AttemptOf(head)}, Consumers: served},
+						redisstore.NextClaim{Holder: "w-" + session, TTL: a2LeaseTTL})
+					if err != nil {
 						cancel(err)
 						return
 					}
+					if r.Results[0].Outcome != redisstore.Completed {
+						cancel(fmt.Errorf("completion %v", r.Results[0].Outcome))
+						return
+					}
 					nHandled.Add(1)
+					heads = r.Next.Heads
 				}
 			}
 		}()
@@ -470,7 +480,7 @@ func eventSeq(id string) (int, bool) {
 }
 
 func a2LatencyFeed(ctx context.Context, h *harness, n int) (Measurement, error) {
-	st, prefix, err := h.store(ctx)
+	st, _, err := h.store(ctx)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -483,7 +493,7 @@ func a2LatencyFeed(ctx context.Context, h *harness, n int) (Measurement, error) 
 	var readyOnce sync.Once
 	fctx, stop := context.WithCancel(ctx)
 	defer stop()
-	feed := notify.NewFeed(h.client, st, notify.FeedOptions{Prefix: prefix})
+	feed := notify.NewFeed(st, notify.FeedOptions{})
 	followed := make(chan error, 1)
 	go func() {
 		followed <- feed.Follow(fctx, session, 0, func(u notify.Update) error {
@@ -546,7 +556,7 @@ func a2LatencyFeed(ctx context.Context, h *harness, n int) (Measurement, error) 
 }
 
 func a2LatencyClaim(ctx context.Context, h *harness, n int) (Measurement, error) {
-	st, prefix, err := h.store(ctx)
+	st, _, err := h.store(ctx)
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -561,7 +571,7 @@ func a2LatencyClaim(ctx context.Context, h *harness, n int) (Measurement, error)
 	defer stop()
 	// A session watcher, not a bare subscriber: appends publish a session's
 	// wake-ups only while a watch (or feed) marks it followed.
-	sub := notify.NewSessionWatcher(h.client, prefix, notify.WatchOptions{})
+	sub := notify.NewSessionWatcher(st, notify.WatchOptions{})
 	subscribed := make(chan error, 1)
 	go func() {
 		subscribed <- sub.Watch(sctx, session, func(n notify.Notice) error {
@@ -657,9 +667,9 @@ func a2LatencyClaim(ctx context.Context, h *harness, n int) (Measurement, error)
 // completeAll completes the heads of one claim in one call (CompleteAttempts),
 // as a worker whose handlers return no events does.
 func completeAll(ctx context.Context, st *redisstore.Store, session string, heads []a2redis.HeadEvent) error {
-	done := make([]redisstore.Completion, len(heads))
+	done := make([]redisstore.Attempt, len(heads))
 	for i, h := range heads {
-		done[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+		done[i] = redisstore.AttemptOf(h)
 	}
 	_, err := st.CompleteAttempts(ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: done})
 	return err

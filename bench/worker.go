@@ -82,7 +82,7 @@ func runWorker(ctx context.Context, st *redisstore.Store, consumer string, n int
 		AllConsumers: len(st.Consumers()) == 0,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Hooks: worker.Hooks{OnOutcome: func(_ context.Context, o worker.Outcome) {
-			if o.Kind == worker.Completed {
+			if o.Kind == worker.OutcomeCompleted {
 				completed.Add(1)
 			}
 		}},
@@ -189,7 +189,7 @@ func workerLatency(ctx context.Context, h *harness, n int) (Measurement, error) 
 		Hooks: worker.Hooks{
 			OnStart: func(context.Context) { close(running) },
 			OnOutcome: func(_ context.Context, o worker.Outcome) {
-				if o.Kind == worker.Completed {
+				if o.Kind == worker.OutcomeCompleted {
 					completed.Add(1)
 				}
 			},

@@ -21,6 +21,14 @@ func canonical(res any) any {
 		return r
 	case []a2redis.HeadEvent:
 		return sortedHeads(r)
+	case redisstore.RetentionResult:
+		// A pass meets sessions in SCAN order (the model in name order),
+		// and counts what it scanned: the sessions it names and what it
+		// did to them are the contract.
+		r.Idle = append([]string(nil), r.Idle...)
+		sort.Strings(r.Idle)
+		r.Scanned, r.Cursor = 0, ""
+		return r
 	case redisstore.RenewResult:
 		r.Renewed = sortedRefs(r.Renewed)
 		r.Superseded = sortedRefs(r.Superseded)

@@ -82,7 +82,6 @@ var (
 	needCluster       = feature{"Cluster", func(f Features) bool { return f.Cluster }}
 	needExpiry        = feature{"Expiry", func(f Features) bool { return f.Expiry }}
 	needShardedPubSub = feature{"ShardedPubSub", func(f Features) bool { return f.ShardedPubSub }}
-	needKeyLocking    = feature{"KeyLocking", func(f Features) bool { return f.KeyLocking }}
 )
 
 var (

@@ -2,14 +2,19 @@ package conformance
 
 import (
 	"encoding/json"
+	"errors"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/rows"
 	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -45,7 +50,7 @@ func init() {
 			f, err := e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: h.Ref(), Attempt: h.Attempts, MaxFailures: 1})
 			e.no(err, "fail after clear")
 			e.eq(f, redisstore.FailResult{Outcome: redisstore.FailSuperseded}, "fail after clear")
-			rn, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: []redisstore.Claim{{HeadRef: h.Ref(), Attempt: h.Attempts}}})
+			rn, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: []redisstore.Attempt{redisstore.AttemptOf(h)}})
 			e.no(err, "renew after clear")
 			e.eq(rn.Superseded, []a2redis.HeadRef{h.Ref()}, "renew after clear")
 		}
@@ -114,7 +119,9 @@ func init() {
 				batch[i].Targets = []a2redis.Target{to("c"), lane("l", "x"+strconv.Itoa(i%4))}
 			}
 		}
-		e.appendServed("s", served, batch...)
+		for part := range slices.Chunk(batch, redisstore.DefaultMaxBatch) {
+			e.appendServed("s", served, part...)
+		}
 		c := e.claim(redisstore.ClaimRequest{Consumers: served, Limit: 40})
 		for i, h := range c.Heads {
 			switch i % 4 {
@@ -183,12 +190,13 @@ func init() {
 		k := keys.For(e.prefix, "s")
 		for _, key := range e.allSessionKeys("s") {
 			switch key {
-			case k.Log(), k.Clear(), k.Presence(), k.Cursors(), k.Listed():
+			case k.Log(), k.Clear(), k.Presence(), k.Cursors():
 			default:
-				e.fatalf("a collapsed lifetime keeps only its marker (log, clear), log cursor records, presence and its ready-index record; found %q", key)
+				e.fatalf("a collapsed lifetime keeps only its marker (log, clear), log cursor records and presence; found %q", key)
 			}
 		}
 		e.checkLifetimeKeys("s")
+		e.checkForgotten("s", "a collapsed session has no work")
 		e.eq(e.bounds("s"), redisstore.Bounds{Head: marker.Index, ClearIndex: marker.Index}, "bounds after the collapse")
 		e.eq(indexes(e.read("s")), []int64{3}, "the marker still reads")
 		e.eq(cursorLines(e.cursors("s")), []string{
@@ -225,7 +233,7 @@ func (e *env) checkLifetimeKeys(session string) {
 		ids[ev.ID] = true
 	}
 	singles := map[string]bool{}
-	for _, key := range []string{k.Count(), k.Clear(), k.Log(), k.Cursors(), k.Runnable(), k.Typed(), k.Pins(), k.SnapReducers(), k.Presence(), k.Live(), k.Listed(), k.Sweep()} {
+	for _, key := range []string{k.Count(), k.Clear(), k.Log(), k.Cursors(), k.Runnable(), k.Typed(), k.Pins(), k.SnapReducers(), k.Presence(), k.Live(), k.Flight(), k.Listed(), k.Sweep()} {
 		singles[key] = true
 	}
 	below := "(" + itoa(b.ClearIndex)
@@ -270,7 +278,7 @@ func (e *env) checkLifetimeKeys(session string) {
 					records[cid][suffix] = v
 				}
 				for cid, rec := range records {
-					_, kind, _, ok := keys.ParseCursorID(cid)
+					_, kind, _, ok := rows.ParseCursorID(cid)
 					e.check(ok, "cursor record %q", cid)
 					pos, _ := strconv.ParseInt(rec["p"], 10, 64)
 					head, _ := strconv.ParseInt(rec["h"], 10, 64)
@@ -290,9 +298,9 @@ func (e *env) checkLifetimeKeys(session string) {
 			case strings.HasPrefix(name, "heads:"):
 				chunk, err := strconv.ParseInt(strings.TrimPrefix(name, "heads:"), 10, 64)
 				e.no(err, "chunk of %q", key)
-				e.check(chunk >= keys.HeadChunk(max(b.ClearIndex, 1)), "head chunk %q lies wholly below the marker %d", key, b.ClearIndex)
+				e.check(chunk >= rows.HeadChunk(max(b.ClearIndex, 1)), "head chunk %q lies wholly below the marker %d", key, b.ClearIndex)
 				for _, field := range do([]string{"HKEYS", key}) {
-					if field == keys.ChunkPin {
+					if field == rows.ChunkPin {
 						continue
 					}
 					m := headsField.FindStringSubmatch(field)
@@ -317,4 +325,57 @@ func (e *env) checkLifetimeKeys(session string) {
 		}
 	}
 	e.check(nodesWithKeys <= 1, "the session's keys spread over %d nodes", nodesWithKeys)
+}
+
+// §1b Drop: a session's every key, and its entry and version in its shard
+// of the ready index, deleted; the next append starts a fresh session.
+func init() {
+	contract("Drop/LeavesNothing", func(t *testing.T, e *env) {
+		served := []a2redis.Consumer{{Name: "c"}, {Name: "l"}, logc("g", "all", false), logc("h", "typed", false, "t")}
+		e.appendServed("s", served, ev("t", to("c"), lane("l", "x")), ev("u", lane("l", "x")), evID("named", "t", to("c")))
+		c := e.claim(redisstore.ClaimRequest{Consumers: served})
+		e.fail(c.Heads[0], 1, 0)
+		e.no(e.store.PutSnapshots(e.ctx, "s", "r", []redisstore.SnapshotWrite{{Index: 2, State: json.RawMessage(`{}`), Pins: []a2redis.HeadRef{c.Heads[1].Ref()}}}), "snapshot")
+		_, err := e.store.PresenceSet(e.ctx, "s", redisstore.PresenceWrite{Participant: "p", Values: map[string]json.RawMessage{"f": json.RawMessage(`1`)}, At: e.clock.Now(), TTL: time.Hour})
+		e.no(err, "presence")
+		e.append("other", ev("t", to("c")))
+		r, err := e.store.Drop(e.ctx, "s")
+		e.no(err, "drop")
+		e.eq(r, redisstore.DropResult{Dropped: true, ClearIndex: 4, Deleted: 3}, "dropped")
+		e.eq(e.allSessionKeys("s"), []string(nil), "a dropped session has no key")
+		e.checkForgotten("s", "a dropped session")
+		e.eq(e.bounds("s"), redisstore.Bounds{}, "bounds after the drop")
+		e.eq(len(e.read("s")), 0, "nothing reads")
+		e.eq(len(e.cursors("s")), 0, "no cursors")
+		p, err := e.store.PresenceRead(e.ctx, "s")
+		e.no(err, "presence")
+		e.eq(len(p), 0, "no presence")
+		for _, h := range c.Heads {
+			done, err := e.store.CompleteAttempt(e.ctx, redisstore.CompleteRequest{Session: "s", Head: h.Ref(), Attempt: h.Attempts})
+			e.check(errors.Is(err, a2redis.ErrNoEvent), "completing a dropped head: %v %+v", err, done)
+		}
+		e.eq(e.allSessionKeys("s"), []string(nil), "refused completions write nothing")
+		e.check(len(e.allSessionKeys("other")) > 0, "another session is untouched")
+
+		// A fresh session: index 1, the old ids free, listed again.
+		again := e.appendServed("s", served, evID("named", "t", to("c")))
+		e.check(!again.Replayed && again.Events[0].Index == 1, "a fresh session at index 1: %+v", again.Events)
+		ready, err := e.store.ReadyAt(e.ctx, "s")
+		e.no(err, "ready at")
+		e.check(ready.Listed, "the fresh session is in the ready index: %+v", ready)
+		next := e.claim(redisstore.ClaimRequest{Consumers: served})
+		e.eq(headRefs(next.Heads), []string{"c@1", "g/all@1", "h/typed@1"}, "its work is claimable")
+	})
+}
+
+// checkForgotten: the session's shard of the ready index holds neither an
+// entry nor a version for it.
+func (e *env) checkForgotten(session, what string) {
+	e.t.Helper()
+	r := keys.ReadyFor(e.prefix, keys.ReadyShard(session, e.store.ReadyShards()))
+	known, err := e.client.Do(e.ctx, e.client.B().Hexists().Key(r.Versions()).Field(session).Build()).AsBool()
+	e.no(err, "ready version")
+	e.check(!known, "%s: its ready shard keeps no version", what)
+	_, err = e.client.Do(e.ctx, e.client.B().Zscore().Key(r.Index()).Member(session).Build()).AsFloat64()
+	e.check(rueidis.IsRedisNil(err), "%s: its ready shard lists it no more (%v)", what, err)
 }

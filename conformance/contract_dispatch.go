@@ -42,27 +42,27 @@ func init() {
 		e.appendServed("s", served, ev("paid", to("mail"), lane("ship", "a")), ev("paid", lane("ship", "a")), ev("noise", to("mail")))
 		c := e.claim(redisstore.ClaimRequest{Consumers: served})
 		e.eq(headRefs(c.Heads), []string{"bill/money@1", "mail@1", "ship/a@1", "mail@3"}, "claimed")
-		many := func(attempts ...redisstore.Completion) ([]redisstore.CompleteResult, error) {
+		many := func(attempts ...redisstore.Attempt) ([]redisstore.CompleteResult, error) {
 			return e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: attempts, Consumers: served})
 		}
-		all := make([]redisstore.Completion, len(c.Heads))
+		all := make([]redisstore.Attempt, len(c.Heads))
 		for i, h := range c.Heads {
-			all[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+			all[i] = redisstore.AttemptOf(h)
 		}
 		before := e.cursors("s")
 
 		// Whatever fails the call fails it before anything is written.
-		_, err := many(append(all, redisstore.Completion{Head: a2redis.HeadRef{Consumer: "mail", Index: 9}, Attempt: 1})...)
+		_, err := many(append(all, redisstore.Attempt{Head: a2redis.HeadRef{Consumer: "mail", Index: 9}, Attempt: 1})...)
 		e.is(err, a2redis.ErrNoEvent, "a head past the log")
 		_, err = many(all[0], all[0])
 		e.is(err, a2redis.ErrInvalidArgument, "a head named twice")
-		_, err = many(redisstore.Completion{Head: all[1].Head, Attempt: 0})
+		_, err = many(redisstore.Attempt{Head: all[1].Head, Attempt: 0})
 		e.is(err, a2redis.ErrInvalidArgument, "attempt 0")
-		_, err = many(redisstore.Completion{Head: a2redis.HeadRef{Index: 1}, Attempt: 1})
+		_, err = many(redisstore.Attempt{Head: a2redis.HeadRef{Index: 1}, Attempt: 1})
 		e.is(err, a2redis.ErrInvalidArgument, "no consumer")
 		e.eq(cursorLines(e.cursors("s")), cursorLines(before), "refused calls wrote nothing")
 
-		stale := redisstore.Completion{Head: all[3].Head, Attempt: 2}
+		stale := redisstore.Attempt{Head: all[3].Head, Attempt: 2}
 		res, err := many(all[0], all[1], all[2], stale)
 		e.no(err, "complete three and a stale attempt")
 		outcomes := make([]string, len(res))
@@ -85,7 +85,7 @@ func init() {
 		// A completion that returned events replays only through CompleteAttempt.
 		h := next.Heads[1]
 		e.complete(h, a2redis.Event{ID: "child", Type: "shipped"})
-		_, err = many(redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts})
+		_, err = many(redisstore.AttemptOf(h))
 		e.is(err, a2redis.ErrPartialDuplicateBatch, "a completion with returned events")
 		res, err = many()
 		e.no(err, "nothing to complete")
@@ -334,6 +334,22 @@ func init() {
 		e.eq(headRefs(dead), []string{"c/x@1"}, "listed")
 	})
 
+	// A takeover says why in the head's last error: whose lease ran out
+	// when, who took it over when; a head lost alone counts the failure, at
+	// the takeover's time and the lapsed attempt.
+	contract("Claim/TakeoverSaysWhy", func(t *testing.T, e *env) {
+		e.append("s", ev("t", lane("c", "x")))
+		first := e.claim(redisstore.ClaimRequest{Holder: "w1", TTL: time.Second}).Heads[0]
+		e.clock.Advance(time.Minute)
+		h := e.claim(redisstore.ClaimRequest{Holder: "w2", TTL: time.Second}).Heads[0]
+		at := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+		e.eq(h.LastError, "lease expired: held by w1 until "+at(first.ClaimExpiresAt)+", taken over by w2 at "+at(e.clock.Now()), "the reason")
+		e.eq([]int64{h.Failures, h.LastFailedAttempt, h.LastFailedAt.UnixMilli()}, []int64{1, 1, e.clock.Now().UnixMilli()}, "the failure it counts")
+		cursors, err := e.store.Cursors(e.ctx, "s")
+		e.no(err, "cursors")
+		e.eq(len(cursors), 1, "one cursor")
+	})
+
 	// §5 attempt fencing: after a lease lapses and another holder claims,
 	// the first holder's complete / fail / caused append / clear / renew are
 	// superseded, and nothing is written.
@@ -342,14 +358,20 @@ func init() {
 		first := e.claim(redisstore.ClaimRequest{Holder: "w1", TTL: time.Second})
 		e.clock.Advance(2 * time.Second)
 		second := e.claim(redisstore.ClaimRequest{Holder: "w2"})
-		e.eq(len(second.Heads), 2, "both taken over")
+		e.eq(len(second.Heads), 1, "a takeover runs alone")
+		// The other head w1 lost with it was released; it is claimed again.
+		again := e.claim(redisstore.ClaimRequest{Holder: "w2"})
+		e.eq(len(again.Heads), 1, "the released head")
+		for _, h := range append(second.Heads, again.Heads...) {
+			e.eq([]int64{h.Attempts, h.Failures}, []int64{2, 0}, "lost together: no failure counted for %s", refOf(h.Ref()))
+		}
 		for i, old := range first.Heads {
 			r, err := e.store.CompleteAttempt(e.ctx, redisstore.CompleteRequest{Session: "s", Head: old.Ref(), Attempt: old.Attempts, Events: []a2redis.Event{ev("x")}})
 			e.no(err, "stale complete")
 			e.eq(r.Outcome, redisstore.CompleteSuperseded, "stale complete of %s", refOf(old.Ref()))
 			f, err := e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: old.Ref(), Attempt: old.Attempts, MaxFailures: 1})
 			e.no(err, "stale fail")
-			e.eq([]any{f.Outcome, f.Failures}, []any{redisstore.FailSuperseded, 1}, "stale fail reports the current failures")
+			e.eq([]any{f.Outcome, f.Failures}, []any{redisstore.FailSuperseded, 0}, "stale fail reports the current failures")
 			cause := old.Cause()
 			_, err = e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "x", Cause: &cause}}, redisstore.AppendOptions{})
 			e.is(err, a2redis.ErrSupersededAttempt, "stale caused append")
@@ -358,7 +380,7 @@ func init() {
 			e.eq(sup.Cause, cause, "it names the cause")
 			_, err = e.store.Clear(e.ctx, "s", redisstore.ClearOptions{Cause: &cause})
 			e.is(err, a2redis.ErrSupersededAttempt, "stale caused clear")
-			rn, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: []redisstore.Claim{{HeadRef: old.Ref(), Attempt: old.Attempts}}})
+			rn, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: []redisstore.Attempt{redisstore.AttemptOf(old)}})
 			e.no(err, "stale renew")
 			e.eq(rn.Superseded, []a2redis.HeadRef{old.Ref()}, "stale renew %d", i)
 		}
@@ -381,11 +403,11 @@ func init() {
 		c := e.claim(redisstore.ClaimRequest{TTL: 10 * time.Second})
 		e.eq(headRefs(c.Heads), []string{"c/x@1", "d@3"}, "claimed")
 		lh, dh := c.Heads[0], c.Heads[1]
-		claims := []redisstore.Claim{
-			{HeadRef: dh.Ref(), Attempt: dh.Attempts},
-			{HeadRef: lh.Ref(), Attempt: lh.Attempts},
-			{HeadRef: a2redis.HeadRef{Consumer: "c", Lane: "x", Index: 2}, Attempt: 1}, // not reached yet
-			{HeadRef: a2redis.HeadRef{Consumer: "zz", Index: 1}, Attempt: 1},           // no such cursor
+		claims := []redisstore.Attempt{
+			redisstore.AttemptOf(dh),
+			redisstore.AttemptOf(lh),
+			{Head: a2redis.HeadRef{Consumer: "c", Lane: "x", Index: 2}, Attempt: 1}, // not reached yet
+			{Head: a2redis.HeadRef{Consumer: "zz", Index: 1}, Attempt: 1},           // no such cursor
 		}
 		r, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: claims})
 		e.no(err, "renew")
@@ -505,8 +527,8 @@ func init() {
 		e.eq(skipped.Outcome, redisstore.CompleteSuperseded, "a skipped head cannot be completed")
 		_, err = e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: "s", Consumer: "c", Lane: "x", Index: 1, Action: "later"})
 		e.is(err, a2redis.ErrInvalidArgument, "unknown action")
-		_, err = e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: h.Ref(), Attempt: 1})
-		e.is(err, a2redis.ErrInvalidArgument, "max failures 0")
+		_, err = e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: h.Ref(), Attempt: 1, MaxFailures: -1})
+		e.is(err, a2redis.ErrInvalidArgument, "negative max failures")
 		_, err = e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: a2redis.HeadRef{Consumer: "c", Lane: "x", Index: 50}, Attempt: 1, MaxFailures: 1})
 		e.is(err, a2redis.ErrNoEvent, "fail at an index with no event")
 	})

@@ -111,7 +111,9 @@ func init() {
 	})
 
 	contract("Append/BatchesBeyondOneThousandArguments", func(t *testing.T, e *env) {
-		const n = 1300 // over 1000: every variadic call is sliced
+		// MaxBatch events: the variadic calls over them carry two or more
+		// arguments per event, past SliceArgs (1000), so each is sliced.
+		const n = redisstore.DefaultMaxBatch
 		batch := make([]a2redis.Event, n)
 		for i := range batch {
 			batch[i] = a2redis.Event{ID: "e" + strconv.Itoa(i), Type: []string{"a", "b"}[i%2], Payload: json.RawMessage(strconv.Itoa(i))}
@@ -137,7 +139,7 @@ func init() {
 			return nil
 		}), "pages")
 		e.check(pages >= n/redisstore.ReadPageSize, "read in %d pages", pages)
-		c := e.claim(redisstore.ClaimRequest{Limit: 2000})
+		c := e.claim(redisstore.ClaimRequest{Limit: redisstore.DefaultMaxBatch})
 		e.eq(len(c.Heads), (n+2)/3+1, "every event cursor and the lane head")
 
 		small := e.newStore(func(c *redisstore.Config) { c.MaxBatch = 3 })

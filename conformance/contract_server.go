@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/wire"
 	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/notify"
 	"github.com/a2redis/a2redis/redisstore"
@@ -50,27 +51,27 @@ func init() {
 			if sharded {
 				e.store = e.newStore(func(c *redisstore.Config) { c.ShardedPubSub = true })
 			}
-			sub := e.watch("s", sharded)
-			msg := func(n int) notify.Message {
+			sub := e.watch("s")
+			msg := func(n int) wire.Message {
 				t.Helper()
-				m, err := notify.Decode(sub.next(t, n))
+				m, err := wire.Decode(sub.next(t, n))
 				e.no(err, "decode wake-up %d", n)
 				return m
 			}
 			now := e.clock.Now().UnixMilli()
 			e.append("s", a2redis.Event{ID: "a", Type: "t", Payload: json.RawMessage(`{"x":[1, 2]}`)}, evID("b", "u", to("c")))
-			e.eq(msg(0), notify.Message{Frontier: 2, CreatedAt: now, Entries: []notify.Entry{
+			e.eq(msg(0), wire.Message{Frontier: 2, CreatedAt: now, Entries: []wire.Entry{
 				{Index: 1, ID: "a", Type: "t", Payload: json.RawMessage(`{"x":[1, 2]}`)},
 				{Index: 2, ID: "b", Type: "u", Payload: json.RawMessage(`null`)},
 			}}, "an append carries its events, payloads verbatim")
 			e.append("s", evID("a", "t"))
-			e.eq(msg(1), notify.Message{Frontier: 1, Bare: true}, "a replay is announced bare")
+			e.eq(msg(1), wire.Message{Frontier: 1, Bare: true}, "a replay is announced bare")
 			h := e.claim(redisstore.ClaimRequest{}).Heads[0]
 			e.complete(h, evID("r", "ret"))
-			e.eq(msg(2).Entries, []notify.Entry{{Index: 3, ID: "r", Type: "ret", Payload: json.RawMessage(`null`)}}, "a completion carries its returned events")
-			big := strings.Repeat("x", notify.MaxCarried)
+			e.eq(msg(2).Entries, []wire.Entry{{Index: 3, ID: "r", Type: "ret", Payload: json.RawMessage(`null`)}}, "a completion carries its returned events")
+			big := strings.Repeat("x", wire.MaxCarried)
 			e.append("s", a2redis.Event{Type: "big", Payload: json.RawMessage(`"` + big + `"`)})
-			e.eq(msg(3), notify.Message{Frontier: 4, Bare: true}, "a batch over 32 KiB is announced bare")
+			e.eq(msg(3), wire.Message{Frontier: 4, Bare: true}, "a batch over 32 KiB is announced bare")
 			marker := e.clearSession("s")
 			m := msg(4)
 			e.eq([]any{m.Frontier, len(m.Entries), m.Entries[0].Type, m.Entries[0].Index}, []any{marker.Index, 1, a2redis.ClearEventType, marker.Index}, "a clear announces its marker")
@@ -85,7 +86,7 @@ func init() {
 	// A feed delivers every event once, in order, across a clear.
 	contract("Notify/FeedFollowsAcrossAClear", func(t *testing.T, e *env) {
 		e.appendN("s", 5, func(int) a2redis.Event { return ev("t") })
-		feed := notify.NewFeed(e.client, e.store, notify.FeedOptions{Prefix: e.prefix})
+		feed := notify.NewFeed(e.store, notify.FeedOptions{})
 		ctx, cancel := context.WithCancel(e.ctx)
 		defer cancel()
 		var mu sync.Mutex

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strconv"
@@ -12,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/a2redis/a2redis/internal/model"
+	"github.com/a2redis/a2redis/conformance/internal/model"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -96,8 +97,8 @@ func init() {
 }
 
 // Differential drives the Redis store and the in-memory model
-// (internal/model) with the same seeded operation sequences — appends with
-// targets and causes, claims by several holders, completions with returned
+// (conformance/internal/model) with the same seeded operation sequences —
+// appends with targets and causes, claims by several holders, completions with returned
 // events, failures, renewals, clock jumps past leases, redrives, wake-ups of
 // log cursors, clears, reclaims, snapshots and presence — and compares every
 // result and, at the end, every session's full state. A failing seed is
@@ -231,9 +232,27 @@ func runOps(t *testing.T, tg Target, ops []op) result {
 		// claimable now, and, when its work is held, at the time the
 		// earliest hold ends or earlier (a lease that moved on keeps its
 		// earlier end listed: early is safe).
-		for _, s := range m.Sessions() {
+		// The consumer registry after every operation.
+		if d, _ := compare(ctx, op{Kind: opConsumersRead}, store, m); d != "" {
+			return result{ran: i + 1, failure: fmt.Sprintf("#%d %s\nthen the consumer registry: %s", i+1, o, d), outcomes: outcomes}
+		}
+		checked := m.Sessions()
+		if o.Kind == opDrop {
+			// A dropped session is not the model's any more: the index
+			// must not list it either.
+			checked = append(checked, o.Session)
+		}
+		for _, s := range checked {
 			if d := compareReady(ctx, s, store, m); d != "" {
 				return result{ran: i + 1, failure: fmt.Sprintf("#%d %s\nthen the ready index for session %q: %s", i+1, o, s, d), outcomes: outcomes}
+			}
+			if d := compareDead(ctx, s, store, m); d != "" {
+				return result{ran: i + 1, failure: fmt.Sprintf("#%d %s\nthen the dead index for session %q: %s", i+1, o, s, d), outcomes: outcomes}
+			}
+			// The heads in flight per consumer (what per-session limits
+			// count) after every operation.
+			if d := compareInFlight(ctx, s, store, m); d != "" {
+				return result{ran: i + 1, failure: fmt.Sprintf("#%d %s\nthen the heads in flight of session %q: %s", i+1, o, s, d), outcomes: outcomes}
 			}
 		}
 		if (i+1)%100 == 0 {
@@ -258,6 +277,16 @@ func outcomeOf(res any, err error) string {
 		return class
 	}
 	switch r := res.(type) {
+	case redisstore.RetentionResult:
+		switch {
+		case r.Ended > 0:
+			return "ended"
+		case r.Dropped > 0:
+			return "dropped"
+		case len(r.Idle) > 0:
+			return "dry-run"
+		}
+		return "none-idle"
 	case redisstore.AppendResult:
 		switch {
 		case r.Replayed:
@@ -288,6 +317,8 @@ func outcomeOf(res any, err error) string {
 		}
 		sort.Strings(words)
 		return "[" + strings.Join(words, "+") + "]"
+	case redisstore.CompleteAndClaimResult:
+		return outcomeOf(r.Results, nil) + " next " + string(r.Next.Outcome)
 	case redisstore.FailResult:
 		return string(r.Outcome)
 	case redisstore.RenewResult:
@@ -313,6 +344,8 @@ func outcomeOf(res any, err error) string {
 		return "[" + strings.Join(words, "+") + "]"
 	case redisstore.RedriveResult:
 		return fmt.Sprintf("redriven=%v", r.Redriven)
+	case redisstore.CancelResult:
+		return fmt.Sprintf("%s attempts=%d", r.Outcome, r.Attempts)
 	case redisstore.ClearResult:
 		return fmt.Sprintf("cleared=%v", r.Cleared)
 	case redisstore.ReclaimResult:
@@ -320,6 +353,8 @@ func outcomeOf(res any, err error) string {
 			return "deleted"
 		}
 		return "nothing"
+	case redisstore.DropResult:
+		return fmt.Sprintf("dropped=%v", r.Dropped)
 	case redisstore.WakeLogResult:
 		if r.Cursor.Head > 0 {
 			return "head"
@@ -405,6 +440,31 @@ func shrink(t *testing.T, tg Target, ops []op, budget time.Duration) ([]op, stri
 	return ops, failure
 }
 
+// compareDead describes how the store's dead index entry for session
+// departs from the model's (its dead letters' count, consumers and the
+// time since which it has held them), or returns "".
+func compareDead(ctx context.Context, session string, store, m api) string {
+	got, listed, err := store.DeadAt(ctx, session)
+	if err != nil {
+		return "redis: " + err.Error()
+	}
+	want, held, err := m.DeadAt(ctx, session)
+	if err != nil {
+		return "model: " + err.Error()
+	}
+	got.Shard = 0
+	switch {
+	case listed != held:
+		return fmt.Sprintf("redis lists %v, the model holds dead letters %v (redis %+v, model %+v)", listed, held, got, want)
+	case !held:
+		return ""
+	case got.Count != want.Count || !got.Since.Equal(want.Since) || got.Complete != want.Complete ||
+		strings.Join(got.Consumers, "\x00") != strings.Join(want.Consumers, "\x00"):
+		return fmt.Sprintf("redis lists %+v, the model %+v", got, want)
+	}
+	return ""
+}
+
 // compareReady describes how the store's ready index for session departs
 // from the model's ready state, or returns "".
 func compareReady(ctx context.Context, session string, store, m api) string {
@@ -425,6 +485,23 @@ func compareReady(ctx context.Context, session string, store, m api) string {
 		return fmt.Sprintf("the model has work now, redis lists it at %d", got.At.UnixMilli())
 	case !want.Due && got.At.After(want.At):
 		return fmt.Sprintf("the model's earliest hold ends at %d, redis lists it later, at %d", want.At.UnixMilli(), got.At.UnixMilli())
+	}
+	return ""
+}
+
+// compareInFlight describes how the store's count of heads in flight per
+// consumer for session departs from the model's, or returns "".
+func compareInFlight(ctx context.Context, session string, store, m api) string {
+	got, err := store.InFlight(ctx, session)
+	if err != nil {
+		return "redis: " + err.Error()
+	}
+	want, err := m.InFlight(ctx, session)
+	if err != nil {
+		return "model: " + err.Error()
+	}
+	if !maps.Equal(got, want) {
+		return fmt.Sprintf("redis counts %v, the model %v", got, want)
 	}
 	return ""
 }

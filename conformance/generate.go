@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/a2redis/a2redis"
-	"github.com/a2redis/a2redis/internal/model"
+	"github.com/a2redis/a2redis/conformance/internal/model"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -44,6 +44,9 @@ type generator struct {
 	n        int                          // generated-id counter of the model
 	queue    []func() op                  // a scenario's next operations
 	noLimits bool                         // claims never carry a limit
+	// noRegistry: no registry operations (the registry is the prefix's,
+	// and the fault tests run several sequences on one prefix at once).
+	noRegistry bool
 }
 
 func newGenerator(seed int64) *generator {
@@ -81,10 +84,9 @@ func (g *generator) apply(o op) {
 	}
 	switch r := res.(type) {
 	case redisstore.ClaimResult:
-		g.held = append(g.held, r.Heads...)
-		if len(g.held) > 40 {
-			g.held = g.held[len(g.held)-40:]
-		}
+		g.hold(r.Heads)
+	case redisstore.CompleteAndClaimResult:
+		g.hold(r.Next.Heads)
 	case redisstore.AppendResult:
 		if len(r.Events) > 0 && !r.Replayed {
 			batch := make([]a2redis.Event, len(o.Events))
@@ -103,6 +105,14 @@ func (g *generator) apply(o op) {
 			}
 			g.dones = append(g.dones, req)
 		}
+	}
+}
+
+// hold remembers claimed heads (the newest 40).
+func (g *generator) hold(heads []a2redis.HeadEvent) {
+	g.held = append(g.held, heads...)
+	if len(g.held) > 40 {
+		g.held = g.held[len(g.held)-40:]
 	}
 }
 
@@ -125,7 +135,7 @@ func (g *generator) served(logs bool) []a2redis.Consumer {
 	var out []a2redis.Consumer
 	for _, c := range genPlain {
 		if g.chance(0.6) {
-			out = append(out, c)
+			out = append(out, g.limited(c))
 		}
 	}
 	if logs {
@@ -139,6 +149,19 @@ func (g *generator) served(logs bool) []a2redis.Consumer {
 		out = []a2redis.Consumer{genPlain[g.pick(len(genPlain))]}
 	}
 	return out
+}
+
+// limited gives a plain consumer a per-session limit now and then (1 or
+// 2 heads of a session in flight), and any consumer its own MaxFailures
+// (1 to 3); a registered consumer's settings are the ones the store keeps.
+func (g *generator) limited(c a2redis.Consumer) a2redis.Consumer {
+	if c.Log == nil && g.chance(0.3) {
+		c.PerSession = 1 + g.pick(2)
+	}
+	if g.chance(0.2) {
+		c.MaxFailures = 1 + g.pick(3)
+	}
+	return c
 }
 
 func (g *generator) events(max int, withIDs bool) []a2redis.Event {
@@ -162,6 +185,10 @@ func (g *generator) events(max int, withIDs bool) []a2redis.Event {
 		perm := g.rnd.Perm(len(genTargets))
 		for _, j := range perm[:g.pick(3)] {
 			e.Targets = append(e.Targets, genTargets[j])
+		}
+		if len(e.Targets) > 0 && g.chance(0.15) {
+			// Scheduled: its heads wait until then (some already due).
+			e.NotBefore = g.clock.Now().Add(time.Duration(g.pick(40)-5) * time.Second)
 		}
 		out[i] = e
 	}
@@ -209,6 +236,9 @@ func (g *generator) next() op {
 	if g.chance(0.01) {
 		return g.crashScenario()
 	}
+	if !g.noRegistry && g.chance(0.03) {
+		return g.registryOp()
+	}
 	switch p := g.rnd.Float64(); {
 	case p < 0.22:
 		return g.appendOp()
@@ -230,16 +260,31 @@ func (g *generator) next() op {
 		}
 		return op{Kind: opAdvance, Advance: d}
 	case p < 0.73:
+		if g.chance(0.4) {
+			return g.cancelOp()
+		}
 		return g.redriveOp()
 	case p < 0.76:
 		return op{Kind: opWakeLog, Session: g.session(), Consumer: pickOne(g, genLogs)}
 	case p < 0.79:
 		return g.clearOp()
 	case p < 0.82:
-		if g.chance(0.5) {
+		switch q := g.rnd.Float64(); {
+		case q < 0.4:
 			return op{Kind: opReclaimPage, Session: g.session()}
+		case q < 0.8:
+			return op{Kind: opReclaim, Session: g.session()}
 		}
-		return op{Kind: opReclaim, Session: g.session()}
+		if g.chance(0.3) {
+			// A retention pass over the whole prefix (the test's own):
+			// idle for a drawn time, ended or dropped, now and then a dry
+			// run. (A pass cut short by MaxSessions would pick sessions in
+			// SCAN order, which the model cannot follow.)
+			policy := redisstore.RetentionPolicy{IdleFor: pickOne(g, []time.Duration{time.Millisecond, 5 * time.Second, time.Minute}),
+				Drop: g.chance(0.4), DryRun: g.chance(0.2), MaxScan: 1 << 30}
+			return op{Kind: opRetention, Retention: policy}
+		}
+		return op{Kind: opDrop, Session: g.session()}
 	case p < 0.86:
 		return g.snapshotOp()
 	case p < 0.88:
@@ -305,7 +350,7 @@ func (g *generator) crashScenario() op {
 // (after the same id-source calls on both sides).
 func (g *generator) invalidOp() op {
 	s := g.session()
-	switch g.pick(8) {
+	switch g.pick(10) {
 	case 0:
 		events := g.events(3, true)
 		events[len(events)-1].Type = ""
@@ -323,6 +368,15 @@ func (g *generator) invalidOp() op {
 		return op{Kind: opFail, Fail: redisstore.FailRequest{Session: s, Head: h.Ref(), Attempt: h.Attempts, MaxFailures: 0}}
 	case 5:
 		return op{Kind: opRedrive, Redrive: redisstore.RedriveRequest{Session: s, Consumer: "c1", Index: 1, Action: "later"}}
+	case 7:
+		events := g.events(2, false)
+		events[0].Targets, events[0].NotBefore = nil, g.clock.Now().Add(time.Second)
+		return op{Kind: opAppend, Session: s, Events: events}
+	case 8:
+		events := g.events(2, false)
+		events[len(events)-1].Targets = genTargets[:1]
+		events[len(events)-1].NotBefore = time.UnixMilli(1 << 50)
+		return op{Kind: opAppend, Session: s, Events: events}
 	case 6:
 		return op{Kind: opPutSnapshots, Session: s, Reducer: "r1", Snaps: []redisstore.SnapshotWrite{{Index: 1, State: json.RawMessage(`1`)}, {Index: -1, State: json.RawMessage(`2`)}}}
 	}
@@ -405,6 +459,11 @@ func (g *generator) claimIn(s string, limited bool) op {
 }
 
 func (g *generator) completeOp() op {
+	if g.chance(0.15) {
+		if o, ok := g.completeAndClaimOp(); ok {
+			return o
+		}
+	}
 	if g.chance(0.3) {
 		return g.completeManyOp()
 	}
@@ -433,6 +492,26 @@ func (g *generator) completeOp() op {
 	return op{Kind: opComplete, Complete: req}
 }
 
+// completeAndClaimOp is what a worker does with a lane or log head that
+// returned nothing: it completes the newest such head held and claims the
+// cursor's next head for the same holder (and often the served consumers
+// that name the log, as a worker's are). False when no such head is held.
+func (g *generator) completeAndClaimOp() (op, bool) {
+	for i := len(g.held) - 1; i >= 0; i-- {
+		h := g.held[i]
+		if h.Lane == "" {
+			continue
+		}
+		req := redisstore.CompleteAttemptsRequest{Session: h.Session, Attempts: []redisstore.Attempt{{Head: h.Ref(), Attempt: g.attempt(h)}}}
+		if g.chance(0.6) {
+			req.Consumers = g.served(true)
+		}
+		g.held = append(g.held[:i], g.held[i+1:]...)
+		return op{Kind: opCompleteClaim, Many: req, Next: redisstore.NextClaim{Holder: h.Holder, TTL: time.Duration(1+g.pick(30)) * time.Second}}, true
+	}
+	return op{}, false
+}
+
 // completeManyOp completes a few heads of one session at once: mostly held
 // ones, sometimes a stale attempt, a head that may not exist, or a head
 // named twice.
@@ -445,11 +524,11 @@ func (g *generator) completeManyOp() op {
 	req := redisstore.CompleteAttemptsRequest{Session: s}
 	seen := map[a2redis.HeadRef]bool{}
 	for range 1 + g.pick(5) {
-		var a redisstore.Completion
+		var a redisstore.Attempt
 		if h, ok := g.heldHead(); ok && h.Session == s && !g.chance(0.05) {
-			a = redisstore.Completion{Head: h.Ref(), Attempt: g.attempt(h)}
+			a = redisstore.Attempt{Head: h.Ref(), Attempt: g.attempt(h)}
 		} else {
-			a = redisstore.Completion{Head: g.randomRef(s), Attempt: 1 + int64(g.pick(3))}
+			a = redisstore.Attempt{Head: g.randomRef(s), Attempt: 1 + int64(g.pick(3))}
 		}
 		if seen[a.Head] && !g.chance(0.05) {
 			continue
@@ -459,6 +538,15 @@ func (g *generator) completeManyOp() op {
 	}
 	if g.chance(0.4) {
 		req.Consumers = g.served(true)
+	}
+	if g.chance(0.5) {
+		// Complete and claim next: the moved cursors' new heads, claimed
+		// for a holder (now and then an invalid lease).
+		next := redisstore.NextClaim{Holder: pickOne(g, genHolders), TTL: time.Duration(1+g.pick(30)) * time.Second}
+		if g.chance(0.03) {
+			next.TTL = -time.Second
+		}
+		return op{Kind: opCompleteClaim, Many: req, Next: next}
 	}
 	return op{Kind: opCompleteMany, Many: req}
 }
@@ -483,12 +571,12 @@ func (g *generator) releaseOp() op {
 	for _, h := range g.held {
 		if h.Session == s && g.chance(0.5) && !seen[h.Ref()] {
 			seen[h.Ref()] = true
-			req.Attempts = append(req.Attempts, redisstore.Completion{Head: h.Ref(), Attempt: g.attempt(h)})
+			req.Attempts = append(req.Attempts, redisstore.Attempt{Head: h.Ref(), Attempt: g.attempt(h)})
 		}
 	}
 	if g.chance(0.1) {
 		if ref := g.randomRef(s); !seen[ref] {
-			req.Attempts = append(req.Attempts, redisstore.Completion{Head: ref, Attempt: 1})
+			req.Attempts = append(req.Attempts, redisstore.Attempt{Head: ref, Attempt: 1})
 		}
 	}
 	if g.chance(0.4) {
@@ -503,11 +591,11 @@ func (g *generator) renewOp() op {
 	req := redisstore.RenewRequest{Session: s, Holder: holder, TTL: time.Duration(5+g.pick(60)) * time.Second}
 	for _, h := range g.held {
 		if h.Session == s && (h.Holder == holder || g.chance(0.1)) && g.chance(0.6) {
-			req.Claims = append(req.Claims, redisstore.Claim{HeadRef: h.Ref(), Attempt: g.attempt(h)})
+			req.Claims = append(req.Claims, redisstore.Attempt{Head: h.Ref(), Attempt: g.attempt(h)})
 		}
 	}
 	if g.chance(0.1) {
-		req.Claims = append(req.Claims, redisstore.Claim{HeadRef: g.randomRef(s), Attempt: 1})
+		req.Claims = append(req.Claims, redisstore.Attempt{Head: g.randomRef(s), Attempt: 1})
 	}
 	return op{Kind: opRenew, Renew: req}
 }
@@ -527,6 +615,28 @@ func (g *generator) redriveOp() op {
 		req.Consumer, req.Lane, req.Index = ref.Consumer, ref.Lane, ref.Index
 	}
 	return op{Kind: opRedrive, Redrive: req}
+}
+
+// cancelOp cancels a live head (claimed ones included) most of the time,
+// else a dead letter or a random ref.
+func (g *generator) cancelOp() op {
+	s := g.session()
+	req := redisstore.CancelRequest{Session: s, Consumers: g.served(true)}
+	cursors, _ := g.m.Cursors(g.ctx, s)
+	var heads []a2redis.Cursor
+	for _, c := range cursors {
+		if c.Head > 0 {
+			heads = append(heads, c)
+		}
+	}
+	if len(heads) > 0 && g.chance(0.85) {
+		c := heads[g.pick(len(heads))]
+		req.Consumer, req.Lane, req.Index = c.Consumer, c.Lane, c.Head
+	} else {
+		ref := g.randomRef(s)
+		req.Consumer, req.Lane, req.Index = ref.Consumer, ref.Lane, ref.Index
+	}
+	return op{Kind: opCancel, Cancel: req}
 }
 
 func (g *generator) clearOp() op {
@@ -590,4 +700,41 @@ func (g *generator) presenceOp() op {
 		}
 	}
 	return op{Kind: opPresenceSet, Session: g.session(), Presence: w}
+}
+
+// registryOp draws an operation on the consumer registry: consumers added
+// (now and then one declared unlike its registered self), removed (often
+// all of them, so most operations run with the registry empty as well as
+// full), paused, resumed, or the registry read.
+func (g *generator) registryOp() op {
+	all := append(append([]a2redis.Consumer(nil), genPlain...), genLogs...)
+	names := make([]string, len(all))
+	for i, c := range all {
+		names[i] = c.Name
+	}
+	switch p := g.rnd.Float64(); {
+	case p < 0.35:
+		var add []a2redis.Consumer
+		for range 1 + g.pick(2) {
+			add = append(add, g.limited(pickOne(g, all)))
+		}
+		if g.chance(0.1) {
+			add = append(add, logc("g1", "other", false)) // unlike the registered g1
+		}
+		return op{Kind: opConsumersAdd, Registry: add}
+	case p < 0.6:
+		if registered, _, _ := g.m.ReadConsumers(g.ctx); len(registered) > 0 && g.chance(0.5) {
+			var out []string
+			for _, c := range registered {
+				out = append(out, c.Name)
+			}
+			return op{Kind: opConsumersRemove, Names: out}
+		}
+		return op{Kind: opConsumersRemove, Names: []string{pickOne(g, names)}}
+	case p < 0.75:
+		return op{Kind: opConsumerPause, Names: []string{pickOne(g, names)}}
+	case p < 0.9:
+		return op{Kind: opConsumerResume, Names: []string{pickOne(g, names)}}
+	}
+	return op{Kind: opConsumersRead}
 }

@@ -103,11 +103,15 @@ func (e *env) appendServed(session string, consumers []a2redis.Consumer, events 
 
 func (e *env) appendN(session string, n int, mk func(i int) a2redis.Event) []a2redis.StoredEvent {
 	e.t.Helper()
-	batch := make([]a2redis.Event, n)
-	for i := range batch {
-		batch[i] = mk(i)
+	var stored []a2redis.StoredEvent
+	for first := 0; first < n; first += redisstore.DefaultMaxBatch {
+		batch := make([]a2redis.Event, min(redisstore.DefaultMaxBatch, n-first))
+		for i := range batch {
+			batch[i] = mk(first + i)
+		}
+		stored = append(stored, e.append(session, batch...).Events...)
 	}
-	return e.append(session, batch...).Events
+	return stored
 }
 
 func (e *env) claim(req redisstore.ClaimRequest) redisstore.ClaimResult {
@@ -314,13 +318,13 @@ func (e *env) subscribe(channel string, sharded bool) *subscription {
 // watch follows session's notify channel through a notify.SessionWatcher
 // (which marks the session followed, so that writes publish their
 // wake-ups) and returns once the server confirmed the subscription.
-func (e *env) watch(session string, sharded bool) *subscription {
+func (e *env) watch(session string) *subscription {
 	e.t.Helper()
 	sub := &subscription{cond: make(chan struct{}, 1)}
 	ready := make(chan struct{})
 	var once sync.Once
 	ctx, cancel := context.WithCancel(e.ctx)
-	w := notify.NewSessionWatcher(e.client, e.prefix, notify.WatchOptions{SubscriberOptions: notify.SubscriberOptions{Sharded: sharded}})
+	w := notify.NewSessionWatcher(e.store, notify.WatchOptions{})
 	done := make(chan error, 1)
 	go func() {
 		done <- w.Watch(ctx, session, func(n notify.Notice) error {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/a2redis/a2redis"
-	"github.com/a2redis/a2redis/internal/model"
+	"github.com/a2redis/a2redis/conformance/internal/model"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -24,14 +24,18 @@ type api interface {
 	RenewClaims(ctx context.Context, req redisstore.RenewRequest) (redisstore.RenewResult, error)
 	CompleteAttempt(ctx context.Context, req redisstore.CompleteRequest) (redisstore.CompleteResult, error)
 	CompleteAttempts(ctx context.Context, req redisstore.CompleteAttemptsRequest) ([]redisstore.CompleteResult, error)
+	CompleteAndClaim(ctx context.Context, req redisstore.CompleteAttemptsRequest, next redisstore.NextClaim) (redisstore.CompleteAndClaimResult, error)
 	FailAttempt(ctx context.Context, req redisstore.FailRequest) (redisstore.FailResult, error)
 	DeadLetters(ctx context.Context, session string) ([]a2redis.HeadEvent, error)
 	Redrive(ctx context.Context, req redisstore.RedriveRequest) (redisstore.RedriveResult, error)
+	Cancel(ctx context.Context, req redisstore.CancelRequest) (redisstore.CancelResult, error)
 	WakeLog(ctx context.Context, session string, consumer a2redis.Consumer) (redisstore.WakeLogResult, error)
 	Cursors(ctx context.Context, session string) ([]a2redis.Cursor, error)
 	Clear(ctx context.Context, session string, opts redisstore.ClearOptions) (redisstore.ClearResult, error)
 	ReclaimPage(ctx context.Context, session string) (redisstore.ReclaimResult, error)
 	Reclaim(ctx context.Context, session string) (redisstore.ReclaimResult, error)
+	Drop(ctx context.Context, session string) (redisstore.DropResult, error)
+	Retention(ctx context.Context, policy redisstore.RetentionPolicy, cursor string) (redisstore.RetentionResult, error)
 	PutSnapshots(ctx context.Context, session, reducer string, writes []redisstore.SnapshotWrite) error
 	ReadState(ctx context.Context, session, reducer string, opts redisstore.ReadStateOptions) (redisstore.State, error)
 	PresenceSet(ctx context.Context, session string, w redisstore.PresenceWrite) ([]string, error)
@@ -39,6 +43,14 @@ type api interface {
 	PresencePrune(ctx context.Context, session string, fields []redisstore.PresenceField) (int, error)
 	Release(ctx context.Context, req redisstore.ReleaseRequest) ([]redisstore.ReleaseOutcome, error)
 	ReadyAt(ctx context.Context, session string) (redisstore.ReadyState, error)
+	DeadAt(ctx context.Context, session string) (redisstore.DeadSession, bool, error)
+	InFlight(ctx context.Context, session string) (map[string]int64, error)
+	ReadConsumers(ctx context.Context) ([]a2redis.Consumer, int64, error)
+	AddConsumers(ctx context.Context, consumers ...a2redis.Consumer) error
+	RemoveConsumers(ctx context.Context, names ...string) error
+	PauseConsumer(ctx context.Context, name string) error
+	ResumeConsumer(ctx context.Context, name string) error
+	Paused() []string
 }
 
 var (
@@ -53,12 +65,16 @@ const (
 	opRenew         = "renew"
 	opComplete      = "complete"
 	opCompleteMany  = "complete-many"
+	opCompleteClaim = "complete-and-claim" // Many, then Next
 	opFail          = "fail"
 	opRedrive       = "redrive"
+	opCancel        = "cancel"
 	opWakeLog       = "wake"
 	opClear         = "clear"
 	opReclaimPage   = "reclaim-page"
 	opReclaim       = "reclaim"
+	opDrop          = "drop"
+	opRetention     = "retention"
 	opPutSnapshots  = "put-snapshots"
 	opReadState     = "read-state"
 	opRead          = "read"
@@ -72,7 +88,31 @@ const (
 	opRelease       = "release"
 	opReady         = "ready"
 	opAdvance       = "advance" // moves the shared clock; runs on neither side
+	// The consumer registry's operations; each replies with the registry
+	// as it reads after it (registryView).
+	opConsumersAdd    = "consumers-add"
+	opConsumersRemove = "consumers-remove"
+	opConsumerPause   = "consumer-pause"
+	opConsumerResume  = "consumer-resume"
+	opConsumersRead   = "consumers-read"
 )
+
+// registryView is the consumer registry as one side reads it: its
+// consumers, version and paused names.
+type registryView struct {
+	Consumers []a2redis.Consumer
+	Version   int64
+	Paused    []string
+}
+
+// readRegistry reads one side's registry.
+func readRegistry(ctx context.Context, s api) (registryView, error) {
+	cs, v, err := s.ReadConsumers(ctx)
+	if err != nil {
+		return registryView{}, err
+	}
+	return registryView{Consumers: cs, Version: v, Paused: s.Paused()}, nil
+}
 
 // op is one operation with concrete arguments, so a sequence can be
 // replayed, and shrunk, without the results that produced it.
@@ -85,21 +125,28 @@ type op struct {
 	Renew    redisstore.RenewRequest
 	Complete redisstore.CompleteRequest
 	Many     redisstore.CompleteAttemptsRequest
+	Next     redisstore.NextClaim
 	Fail     redisstore.FailRequest
 	Release  redisstore.ReleaseRequest
 	Redrive  redisstore.RedriveRequest
+	Cancel   redisstore.CancelRequest
 	Consumer a2redis.Consumer
 	ClearOpt redisstore.ClearOptions
-	Reducer  string
-	Snaps    []redisstore.SnapshotWrite
-	After    int64
-	Through  int64
-	Limit    int
-	Presence redisstore.PresenceWrite
-	Fields   []redisstore.PresenceField
-	Advance  time.Duration
+	// Retention is a retention pass's policy (opRetention).
+	Retention redisstore.RetentionPolicy
+	Reducer   string
+	Snaps     []redisstore.SnapshotWrite
+	After     int64
+	Through   int64
+	Limit     int
+	Presence  redisstore.PresenceWrite
+	Fields    []redisstore.PresenceField
+	Advance   time.Duration
 	// Trace is the trace context an append runs with (see traceContext).
 	Trace string
+	// Registry and Names are a registry operation's consumers and names.
+	Registry []a2redis.Consumer
+	Names    []string
 }
 
 // traceKey carries an op's trace context in its context.
@@ -138,10 +185,14 @@ func (o op) run(ctx context.Context, s api) (any, error) {
 		return s.CompleteAttempt(ctx, o.Complete)
 	case opCompleteMany:
 		return s.CompleteAttempts(ctx, o.Many)
+	case opCompleteClaim:
+		return s.CompleteAndClaim(ctx, o.Many, o.Next)
 	case opFail:
 		return s.FailAttempt(ctx, o.Fail)
 	case opRedrive:
 		return s.Redrive(ctx, o.Redrive)
+	case opCancel:
+		return s.Cancel(ctx, o.Cancel)
 	case opWakeLog:
 		return s.WakeLog(ctx, o.Session, o.Consumer)
 	case opClear:
@@ -150,6 +201,10 @@ func (o op) run(ctx context.Context, s api) (any, error) {
 		return s.ReclaimPage(ctx, o.Session)
 	case opReclaim:
 		return s.Reclaim(ctx, o.Session)
+	case opDrop:
+		return s.Drop(ctx, o.Session)
+	case opRetention:
+		return s.Retention(ctx, o.Retention, "")
 	case opPutSnapshots:
 		return nil, s.PutSnapshots(ctx, o.Session, o.Reducer, o.Snaps)
 	case opReadState:
@@ -172,6 +227,22 @@ func (o op) run(ctx context.Context, s api) (any, error) {
 		return s.PresencePrune(ctx, o.Session, o.Fields)
 	case opRelease:
 		return s.Release(ctx, o.Release)
+	case opConsumersAdd, opConsumersRemove, opConsumerPause, opConsumerResume, opConsumersRead:
+		var err error
+		switch o.Kind {
+		case opConsumersAdd:
+			err = s.AddConsumers(ctx, o.Registry...)
+		case opConsumersRemove:
+			err = s.RemoveConsumers(ctx, o.Names...)
+		case opConsumerPause:
+			err = s.PauseConsumer(ctx, o.Names[0])
+		case opConsumerResume:
+			err = s.ResumeConsumer(ctx, o.Names[0])
+		}
+		if err != nil {
+			return nil, err
+		}
+		return readRegistry(ctx, s)
 	case opReady:
 		r, err := s.ReadyAt(ctx, o.Session)
 		if r.Due {
@@ -207,6 +278,8 @@ func errorClass(err error) string {
 		return "range gap: " + err.Error()
 	case errors.Is(err, a2redis.ErrLayoutMismatch):
 		return "layout mismatch"
+	case errors.Is(err, a2redis.ErrConsumerMismatch):
+		return "consumer mismatch"
 	}
 	return "error: " + err.Error()
 }
@@ -254,13 +327,13 @@ func (o op) String() string {
 			if i > 0 {
 				b.WriteByte(' ')
 			}
-			fmt.Fprintf(&b, "%s#%d", refOf(c.HeadRef), c.Attempt)
+			fmt.Fprintf(&b, "%s#%d", refOf(c.Head), c.Attempt)
 		}
 		b.WriteByte(']')
 	case opComplete:
 		c := o.Complete
 		fmt.Fprintf(&b, "%s %s#%d %s%s", sessionOf(c.Session), refOf(c.Head), c.Attempt, eventsString(c.Events), servedString(c.Consumers))
-	case opCompleteMany:
+	case opCompleteMany, opCompleteClaim:
 		c := o.Many
 		fmt.Fprintf(&b, "%s [", sessionOf(c.Session))
 		for i, a := range c.Attempts {
@@ -270,6 +343,9 @@ func (o op) String() string {
 			fmt.Fprintf(&b, "%s#%d", refOf(a.Head), a.Attempt)
 		}
 		fmt.Fprintf(&b, "]%s", servedString(c.Consumers))
+		if o.Kind == opCompleteClaim {
+			fmt.Fprintf(&b, " next=%s ttl=%v", o.Next.Holder, o.Next.TTL)
+		}
 	case opRelease:
 		r := o.Release
 		fmt.Fprintf(&b, "%s delay=%v [", sessionOf(r.Session), r.Delay)
@@ -286,6 +362,9 @@ func (o op) String() string {
 	case opRedrive:
 		r := o.Redrive
 		fmt.Fprintf(&b, "%s %s %s%s", sessionOf(r.Session), refOf(a2redis.HeadRef{Consumer: r.Consumer, Lane: r.Lane, Index: r.Index}), r.Action, servedString(r.Consumers))
+	case opCancel:
+		r := o.Cancel
+		fmt.Fprintf(&b, "%s %s%s", sessionOf(r.Session), refOf(a2redis.HeadRef{Consumer: r.Consumer, Lane: r.Lane, Index: r.Index}), servedString(r.Consumers))
 	case opWakeLog:
 		b.WriteString(servedString([]a2redis.Consumer{o.Consumer}))
 	case opClear:
@@ -303,6 +382,8 @@ func (o op) String() string {
 				fmt.Fprintf(&b, " pins=%s", refsString(w.Pins))
 			}
 		}
+	case opRetention:
+		fmt.Fprintf(&b, " idle-for=%v drop=%v dry-run=%v max=%d", o.Retention.IdleFor, o.Retention.Drop, o.Retention.DryRun, o.Retention.MaxSessions)
 	case opReadState:
 		fmt.Fprintf(&b, " %s through=%d", o.Reducer, o.Through)
 	case opRead:
@@ -327,6 +408,10 @@ func (o op) String() string {
 		}
 	case opAdvance:
 		fmt.Fprintf(&b, " %v", o.Advance)
+	case opConsumersAdd:
+		b.WriteString(servedString(o.Registry))
+	case opConsumersRemove, opConsumerPause, opConsumerResume:
+		fmt.Fprintf(&b, " %q", o.Names)
 	}
 	return b.String()
 }

@@ -34,15 +34,18 @@
 //	                                 own (a generated batch of one has its id:
 //	                                 key instead)
 //	heads:<chunk>        hash        head-row columns of the indexes of one chunk
-//	                                 (see HeadChunk, RowField and the Col* constants)
+//	                                 (index i in chunk (i-1)/1000; fields
+//	                                 "<index>:<row>:<column>", see internal/rows)
 //	cursors              hash        lane and log cursor records, fields keyed by
-//	                                 cursor id (see LaneCursorID, LogCursorID and
-//	                                 the Cursor* suffixes)
+//	                                 cursor id ("<len>:<consumer>L<lane>" or
+//	                                 "...G<lane>", see internal/rows)
 //	runnable             zset        every cursor with a head, score = head index
 //	                                 while free to claim; HeldOffset + when the
 //	                                 claim lapses or the retry hold ends while
 //	                                 held; -index while dead-lettered
 //	live                 string      number of live (not dead-lettered) heads
+//	flight               hash        consumer → heads in flight (claimed,
+//	                                 unfinished); exists only while some are
 //	typed                string      JSON {type: [from, last]} of the types log
 //	                                 cursors read (the lazily built type indexes)
 //	type:<hex of type>   zset        indexes of the events of one type
@@ -79,6 +82,25 @@
 //	                                  time its record expires (listing without
 //	                                  SCAN; expired members pruned in bounded
 //	                                  steps)
+//
+// The consumer registry (hash tag {c}, one slot for the prefix; see
+// [Consumers]) and the consumers' rate limiters (hash tag {q}; see [Rate]):
+//
+//	<prefix>:{c}:consumers       string  {"v": version, "consumers": [...],
+//	                                     "paused": [...]}, replaced by compare
+//	                                     and set
+//	<prefix>:{q}:rate:<name>     string  '<window number> <starts taken>',
+//	                                     expiring with its window
+//
+// Keys of the schedule listing (hash tag {s}, one slot for the prefix; see
+// [Schedules]):
+//
+//	<prefix>:{s}:schedules       hash  field a schedule's name, value its
+//	                                   JSON record (spec, session, type, by,
+//	                                   seen)
+//	<prefix>:{s}:schedule-next   zset  member the name, score its next tick
+//	<prefix>:{s}:schedule-ticks  zset  member the name, score its newest
+//	                                   stored tick
 //
 // # Why no caller string can spell another key
 //

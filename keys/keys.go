@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -118,7 +119,9 @@ func (s Session) Count() string { return s.base + "count" }
 // migration a missing declared key changes nothing.
 func (s Session) Sentinel() string { return s.base + "sentinel" }
 
-// Clear is the string key holding the index of the latest clear marker.
+// Clear is the string key holding the index of the latest clear marker;
+// once the session collapsed to the marker, the marker itself (see
+// ParseClear).
 func (s Session) Clear() string { return s.base + "clear" }
 
 // Log is the stream key holding the events of the session.
@@ -136,8 +139,11 @@ func (s Session) ID(eventID string) string { return s.base + "id:" + eventID }
 // one, else by its block.
 func (s Session) IDBlock(nonce string) string { return s.base + "ids:" + nonce }
 
-// Heads is the hash key holding the head rows of the indexes of one chunk
-// (see [HeadChunk] and [RowField]).
+// Heads is the hash key holding the head rows of the indexes of one chunk:
+// index i (1-based) is in chunk (i-1)/1000. The rows' fields are laid out
+// by the module's internal/rows package. A settled session's chunks are
+// rebuilt without their pin field (a listpack, the rows kept); the next
+// write to one pins it again.
 func (s Session) Heads(chunk int64) string {
 	return s.base + "heads:" + strconv.FormatInt(chunk, 10)
 }
@@ -193,8 +199,19 @@ func (s Session) SnapReducers() string { return s.base + "snap-reducers" }
 // Presence is the key of the members present in the session.
 func (s Session) Presence() string { return s.base + "presence" }
 
-// Live is the string key holding the number of live runnable heads.
+// Live is the string key holding the number of live runnable heads; no
+// key reads as 0 (a clear deletes it, and so does the rebuild of a settled
+// session).
 func (s Session) Live() string { return s.base + "live" }
+
+// Flight is the hash of the session's heads in flight per consumer:
+// consumer name → how many of its heads hold a claim (the holder named,
+// the attempt not finished; a lapsed claim counts until it is taken over,
+// released or dead-lettered). Every script that names or clears a head's
+// holder keeps it; a field at zero is deleted, so the key exists only
+// while something is in flight. Claims read it to keep a consumer's
+// a2redis.Consumer.PerSession limit.
+func (s Session) Flight() string { return s.base + "flight" }
 
 // Sweep is the string key saying how far the sweep of a past lifetime got,
 // "<clear index>:<phase>:<cursor>"; it exists only while a reclaim's sweep
@@ -278,6 +295,70 @@ func ParseTag(t string) (string, bool) {
 // SessionOfLogKey returns the session whose log key is key under prefix,
 // and false when key is not exactly such a key (for SCAN results).
 func SessionOfLogKey(prefix, key string) (string, bool) {
+	return sessionOfKey(prefix, key, Session.Log)
+}
+
+// SessionOfClearKey returns the session whose clear key is key under
+// prefix, and false when key is not exactly such a key (for SCAN results:
+// an ended session keeps its clear key alone, no log).
+func SessionOfClearKey(prefix, key string) (string, bool) {
+	return sessionOfKey(prefix, key, Session.Clear)
+}
+
+// SessionScanTail is what a SCAN MATCH pattern for a session's log or
+// clear key puts after the session's tag and its ':' ("log" and "clear",
+// and a few others, which SessionOfLogKey and SessionOfClearKey refuse).
+// Every session with any state has one of the two.
+const SessionScanTail = "[lc][ol][ge]*"
+
+// ClearMarker is what the clear key of a session says of its latest clear
+// marker: its index always; once the session collapsed to the marker (an
+// ended lifetime, its log gone) also the marker's creation time and id,
+// the fields of its log entry that are not fixed.
+type ClearMarker struct {
+	// Index is the marker's index.
+	Index int64
+	// Collapsed is true when the key holds the marker itself.
+	Collapsed bool
+	// CreatedAt is the marker's creation time (epoch ms), when Collapsed.
+	CreatedAt int64
+	// ID is the marker's event id, when Collapsed.
+	ID string
+}
+
+// ParseClear reads a clear key's value: '<index>', or, for a collapsed
+// session, '<index>:<created at in base 36>' followed by ':' and the 16
+// bytes of an id of 32 lower-case hex digits (the store's own ids) or by
+// ';' and any other id (lua/include/sweep.lua writes it; the scripts'
+// util.clear_index reads the index alone).
+func ParseClear(value string) (ClearMarker, bool) {
+	idx, rest, collapsed := strings.Cut(value, ":")
+	n, err := strconv.ParseInt(idx, 10, 64)
+	if err != nil || n < 0 {
+		return ClearMarker{}, false
+	}
+	m := ClearMarker{Index: n}
+	if !collapsed {
+		return m, true
+	}
+	cut := strings.IndexAny(rest, ":;")
+	if cut < 0 {
+		return ClearMarker{}, false
+	}
+	if m.CreatedAt, err = strconv.ParseInt(rest[:cut], 36, 64); err != nil {
+		return ClearMarker{}, false
+	}
+	m.Collapsed, m.ID = true, rest[cut+1:]
+	if rest[cut] == ':' {
+		if len(m.ID) != 16 {
+			return ClearMarker{}, false
+		}
+		m.ID = hex.EncodeToString([]byte(m.ID))
+	}
+	return m, true
+}
+
+func sessionOfKey(prefix, key string, name func(Session) string) (string, bool) {
 	head := prefix + ":{"
 	if !strings.HasPrefix(key, head) {
 		return "", false
@@ -287,7 +368,7 @@ func SessionOfLogKey(prefix, key string) (string, bool) {
 		return "", false
 	}
 	session, ok := ParseTag(key[len(head) : len(head)+end])
-	if !ok || For(prefix, session).Log() != key {
+	if !ok || name(For(prefix, session)) != key {
 		return "", false
 	}
 	return session, true

@@ -12,11 +12,18 @@ const DefaultReadyShards = 8
 // Listed is the string key of a session recording what the session last
 // told the ready index: "<version>:<ready at>:<free>" where <ready at> is
 // the epoch-millisecond time the session has work from (empty when it has
-// none), <free> is 1 when a head was free to claim (else 0), and <version>
-// counts the changes of <ready at>. The index applies a session's
+// none), <free> is 1 when a head was free to claim (else 0), followed, while
+// the session holds dead-lettered heads, by ":<count>,<since>,<complete>,
+// <consumers>" (the session's entry in [Ready.Dead] and [Ready.DeadCounts]:
+// <since> the epoch-ms time since which it has held dead letters without a
+// break), and <version>
+// counts the changes of <ready at> and of the dead-letter state, starting from the time (epoch ms ×
+// 1000) of the write that made the record. The index applies a session's
 // update only when its version is newer than the one it holds, so updates
-// that arrive out of order cannot undo a newer one. The key outlives clears
-// and reclaims: a version must never go back.
+// that arrive out of order cannot undo a newer one. The key outlives
+// clears; a lifetime that ended empty (a reclaim's collapse) and a drop
+// delete it, and its shard forgets the version: the next record, counting
+// from the time again, is newer than any the session had.
 func (s Session) Listed() string { return s.base + "listed" }
 
 // ReadyShard returns the shard of the ready index that lists session, out
@@ -52,8 +59,27 @@ func (r Ready) Index() string { return r.base + "ready" }
 
 // Versions is the hash of the newest [Session.Listed] version the shard
 // applied per session (kept after the session leaves the index, so a late
-// older update is still refused).
+// older update is still refused, until the session's lifetime collapses or
+// it is dropped).
 func (r Ready) Versions() string { return r.base + "ready-v" }
+
+// Dead is the zset of the shard's sessions that hold dead-lettered heads:
+// member the session id (raw bytes), score the epoch-millisecond time since
+// which the session has held dead letters without a break (a session whose
+// last dead letter went leaves it). Its sessions' counts are in
+// [Ready.DeadCounts]. Both ride the session's versioned update (see
+// [Session.Listed]), so they grow with the sessions that hold dead letters
+// now, never with every session there was.
+func (r Ready) Dead() string { return r.base + "dead" }
+
+// DeadCounts is the hash of the dead-letter counts of [Ready.Dead]'s
+// sessions: field the session id, value "<count>,<complete>,<consumers>"
+// where <count> is how many dead-lettered heads the session holds,
+// <consumers> the consumers of up to DeadScan of them, each as
+// "<byte length>:<name>", sorted, and <complete> 1 when those are every
+// dead letter's consumers (0: the session has more dead letters than were
+// read, and may hold some of other consumers).
+func (r Ready) DeadCounts() string { return r.base + "dead-n" }
 
 // Sentinel is the shard's never-written key, declared by every script on the
 // shard for the reason given at [Session.Sentinel].
@@ -70,3 +96,12 @@ func ReadyShards(prefix string) string { return prefix + ":ready-shards" }
 // RepairLock is the global key a store holds while it repairs the ready
 // index, so that one store at a time does.
 func RepairLock(prefix string) string { return prefix + ":ready-repair" }
+
+// RetentionLock is the global key a store holds for one retention pass
+// interval (Store.TryRetention), so that one store at a time runs a pass.
+func RetentionLock(prefix string) string { return prefix + ":retention" }
+
+// RetentionCursor is the global string key holding where the prefix's
+// retention passes go on scanning its sessions ('<node>:<scan cursor>');
+// one small value per prefix.
+func RetentionCursor(prefix string) string { return prefix + ":retention-cursor" }

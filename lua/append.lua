@@ -10,7 +10,8 @@
 -- ARGV[4]  origin index of scheduled work, or ''
 -- then per event i (offset o = 4 + (i - 1) * 5):
 --   ARGV[o+1] id, ARGV[o+2] type, ARGV[o+3] payload JSON,
---   ARGV[o+4] cause JSON or '', ARGV[o+5] targets JSON ([[consumer, tag]...]) or ''
+--   ARGV[o+4] cause JSON or '', ARGV[o+5] targets JSON ([[consumer, tag]...]; a scheduled event's
+--   [[consumer, tag, not before]...], see cursor.targets_of) or ''
 -- then, optionally, ARGV[4 + n * 5 + 1]: a trace context (W3C traceparent)
 --   every entry stores as its 'trace' field; absent or '' stores none
 --
@@ -44,7 +45,7 @@ for i = 1, n do
     fenced[#fenced + 1] = { position = i, consumer = cause.consumer, attempt = tonumber(cause.attempt), tag = tag }
   end
 end
-local rows = read_rows(refs, { 'd', 'f', 'p', 'l' })
+local rows = read_rows(refs, { COL_ATTEMPTS, COL_DEAD, COL_PROCESSED, COL_KIND })
 for k, cause in ipairs(fenced) do
   local row = rows[k]
   if tonumber(row[1] or '0') ~= cause.attempt or row[2] or row[3] or not owns(row[4], cause.tag) then
@@ -58,7 +59,7 @@ local base = total
 local batch = batch_of(n, base)
 local planned, missing, after = plan(batch, base)
 if not planned then return { 'index', missing, int(after) } end
-add_batch(now, n, base)
+add_batch(now, n, base, batch)
 index_batch(batch)
 enqueue(batch)
 flush_states()

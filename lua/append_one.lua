@@ -1,3 +1,4 @@
+--@include layout
 -- append_one: the commonest append, on its own: one batch of one event
 -- with no cause and no targets, while no served consumer declares a log.
 -- append_plain's semantics for that batch (idempotent by event id, the
@@ -27,78 +28,41 @@
 -- where bits = 2 × followed + pending: pending is 1 when a served consumer
 -- has a live head, followed 1 when a reader follows the session (its
 -- `followed` key is set: the store publishes the wake-up only then).
-local counter = KEYS[1]
-local session = string.sub(counter, 1, -6)
-local id, typ = ARGV[2], ARGV[3]
-local owner_key = session .. 'id:' .. id
+--@inline flat_session
+--@inline one_event_args
 local origin, served, block = ARGV[5] or '', ARGV[6] or '', ARGV[7] or ''
 local call = redis.call
 local values
 if block == '' then
-  values = call('MGET', counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed', owner_key)
+  values = call('MGET', counter, session .. KEY_CLEAR, session .. KEY_TYPED, session .. KEY_LIVE, session .. KEY_FOLLOWED, owner_key)
 else
-  values = call('MGET', counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed', owner_key,
-    session .. 'ids:' .. block)
+  values = call('MGET', counter, session .. KEY_CLEAR, session .. KEY_TYPED, session .. KEY_LIVE, session .. KEY_FOLLOWED, owner_key,
+    session .. KEY_ID_BLOCK .. block)
 end
--- (tonumber only on what is there: a missing key is false.)
-local boundary = values[2] and tonumber(values[2]) or 0
-local bits = values[5] and 2 or 0
+--@inline one_event_bounds
 if values[4] and values[4] ~= '0' then
   if served == '' then
     bits = bits + 1
   else
-    -- Newest heads first (a retired consumer's backlog is older than the
-    -- work a deployment serves).
-    local names = {}
-    for _, entry in ipairs(cjson.decode(served)) do names[entry[1]] = true end
-    local ready, offset = session .. 'runnable', 0
-    while bits % 2 == 0 do
-      local page = call('ZREVRANGEBYSCORE', ready, '+inf', 1, 'LIMIT', offset, 64)
-      for _, cid in ipairs(page) do
-        local colon = string.find(cid, ':', 1, true)
-        local size = tonumber(string.sub(cid, 1, colon - 1))
-        if names[string.sub(cid, colon + 1, colon + size)] and bits % 2 == 0 then bits = bits + 1 end
-      end
-      if #page < 64 then break end
-      offset = offset + 64
-    end
+    local entries, names, pending, ready = cjson.decode(served), {}, false, session .. KEY_RUNNABLE
+    --@inline served_set served_set=names
+    --@inline pending_scan served_set=names READY=ready
+    if pending then bits = bits + 1 end
   end
 end
 
 -- The index that owns the id in this lifetime, if any: its id key, else
 -- the block of its first 24 digits (include/session's block_of).
-local owner = values[6]
-if not owner and values[7] then
-  local first, n = string.match(values[7], '^(%d+):(%d+)$')
-  local p = tonumber(string.sub(id, 25), 16)
-  if first and p < tonumber(n) then owner = tonumber(first) + p end
-end
-if owner and tonumber(owner) >= boundary then
-  local entry = string.format('%d-0', owner)
-  return { 'dup', bits, call('XRANGE', session .. 'log', entry, entry)[1] }
-end
-if origin ~= '' and tonumber(origin) <= boundary then
-  return { 'cleared', bits }
-end
-
-local index = tonumber(values[1] or values[2] or 0) + 1
-local text = string.format('%d', index)
--- An uncaused event's entry has no cause field (readers take a missing
--- cause as none).
-call('XADD', session .. 'log', text .. '-0', 'id', id, 'type', typ,
-  'payload', ARGV[4], 'created_at', ARGV[1])
-local typed = values[3]
-if typed then
+local owner, record = values[6], values[7]
+--@inline one_event_screen
+--@inline one_event_xadd
+if entry then
   -- A type some log cursor reads: the event joins that type's index.
-  local registry = cjson.decode(typed)
-  local entry = registry[typ]
-  if entry then
-    local hex = string.gsub(typ, '.', function(c) return string.format('%02x', string.byte(c)) end)
-    call('ZADD', session .. 'type:' .. hex, index, text)
-    entry[2] = index
-    call('MSET', owner_key, text, counter, text, session .. 'typed', cjson.encode(registry))
-    return index * 4 + bits
-  end
+  --@inline type_key SESSION=session name=typ
+  call('ZADD', key, index, text)
+  entry[2] = index
+  call('MSET', owner_key, text, counter, text, session .. KEY_TYPED, cjson.encode(registry))
+  return index * 4 + bits
 end
 call('MSET', owner_key, text, counter, text)
 return index * 4 + bits

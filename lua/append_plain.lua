@@ -6,16 +6,18 @@
 -- into one call; each batch keeps append's semantics on its own (all or
 -- nothing, contiguous indexes, idempotent by event id, the clear fence on
 -- its origin), in the order given. It is every producer's hot path, so it
--- is written flat, without the shared includes: Redis runs a script's whole
--- chunk on every call, and each helper, table and string it builds costs
--- server time.
+-- is written flat, without the shared session and cursor includes: Redis
+-- runs a script's whole chunk on every call, and each helper, table and
+-- string it builds costs server time. What it shares with them (the id
+-- block layout, the served set, the type index key, the pending scan) it
+-- pastes from their blocks with --@inline.
 --
 -- A batch sent with a nonce (24 lower-case hex digits) has no ids of its
 -- own: its events get '<nonce><position>', position as 8 hex digits from 0,
 -- and the batch one id block, ids:<nonce> = '<first index>:<count>',
 -- instead of an id key per event (a batch of one: its id key, as usual).
--- Any 32-hex-digit id is looked up in both places (the layout of
--- include/session's block_of, written out here).
+-- Any 32-hex-digit id is looked up in both places (include/session's
+-- block_of).
 --
 -- KEYS[1]  the session counter; every other key is derived from it.
 -- KEYS[2]  the session's sentinel, never written (keys.Session.Sentinel)
@@ -38,11 +40,10 @@
 --                           batch of this one): the stored entries, in order
 --   { 'partial', count }    some ids stored; this batch wrote nothing
 --   { 'cleared', origin }   origin at or below the clear marker; nothing written
-local counter = KEYS[1]
-local session = string.sub(counter, 1, -6)
+--@inline flat_session
 local k = tonumber(ARGV[3])
 
--- The layout of the call, and one MGET (in slices of 1000 keys) for the
+-- The layout of the call, and one MGET (in slices of SLICE keys) for the
 -- counter, the clear marker, the typed registry, the live count, the
 -- followed mark, each nonce's id block, each explicit id's key (and block,
 -- for an id of the generated shape) and, when a batch has targets, the
@@ -50,7 +51,7 @@ local k = tonumber(ARGV[3])
 -- is where the e-th event of the call has its type (its id, if sent, is
 -- just before); at_key[e] is the MGET position of its id key and
 -- at_block[e] of its block; at_block[-b] is that of batch b's nonce block.
-local keys = { counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed' }
+local keys = { counter, session .. KEY_CLEAR, session .. KEY_TYPED, session .. KEY_LIVE, session .. KEY_FOLLOWED }
 local starts, types, at_key, at_block, at, e = {}, {}, {}, {}, 4, 0
 local any_targeted = false
 for b = 1, k do
@@ -61,17 +62,17 @@ for b = 1, k do
   if nonce ~= '' then
     -- A batch of one is recorded under its event's id key, as any id is
     -- (an id block costs a key all the same, and its value more).
-    keys[#keys + 1] = n == 1 and (session .. 'id:' .. nonce .. '00000000') or (session .. 'ids:' .. nonce)
+    keys[#keys + 1] = n == 1 and (session .. KEY_ID .. nonce .. '00000000') or (session .. KEY_ID_BLOCK .. nonce)
     at_block[-b] = #keys
   end
   for _ = 1, n do
     e = e + 1
     if nonce == '' then
       local id = ARGV[at]
-      keys[#keys + 1] = session .. 'id:' .. id
+      keys[#keys + 1] = session .. KEY_ID .. id
       at_key[e] = #keys
-      if string.len(id) == 32 and not string.find(id, '[^0-9a-f]') then
-        keys[#keys + 1] = session .. 'ids:' .. string.sub(id, 1, 24)
+      --@inline generated_shape
+        keys[#keys + 1] = session .. KEY_ID_BLOCK .. string.sub(id, 1, 24)
         at_block[e] = #keys
       end
       at = at + 1
@@ -82,40 +83,30 @@ for b = 1, k do
 end
 local at_listed = nil
 if any_targeted then
-  keys[#keys + 1] = session .. 'listed'
+  keys[#keys + 1] = session .. KEY_LISTED
   at_listed = #keys
 end
-local values
-if #keys <= 1000 then
-  values = redis.call('MGET', unpack(keys))
-else
-  values = {}
-  for first = 1, #keys, 1000 do
-    local part = redis.call('MGET', unpack(keys, first, math.min(first + 999, #keys)))
-    for j = 1, #part do values[first + j - 1] = part[j] end
-  end
-end
+local values = sliced('MGET', nil, keys)
 -- A collapsed session keeps only its clear marker; an id recorded below
 -- the marker is free again.
-local boundary = tonumber(values[2] or '0')
-local total = tonumber(values[1] or values[2] or '0')
+local boundary = tonumber(string.match(values[2] or '0', '^%d+'))
+local total = tonumber(values[1]) or boundary
 local live = tonumber(values[4] or '0')
 
-local log, now = session .. 'log', ARGV[1]
+local log, now = session .. KEY_LOG, ARGV[1]
 local typed = values[3] and cjson.decode(values[3]) or nil
+if values[3] then
+  --@inline registry_check registry=typed
+end
 -- What earlier batches of this call wrote: id -> index, key -> block record.
 local written = (k > 1) and {} or nil
 local writes, w, indexed = {}, 0, nil
 local heads, pending_fast = nil, false
 local served = nil
 if ARGV[2] ~= '' then
+  local entries = cjson.decode(ARGV[2])
   served = {}
-  for _, entry in ipairs(cjson.decode(ARGV[2])) do served[entry[1]] = true end
-end
--- The index a block record gives position p, or nil.
-local function block_owner(record, p)
-  local first, n = string.match(record, '^(%d+):(%d+)$')
-  if first and p < tonumber(n) then return tonumber(first) + p end
+  --@inline served_set served_set=served
 end
 -- The index that owns the call's e-th (explicit) id in this lifetime, or
 -- false.
@@ -127,7 +118,10 @@ local function owner_of(e)
   local block = at_block[e]
   if not owner and block then
     local record = (written and written[keys[block]]) or values[block]
-    if record then owner = block_owner(record, tonumber(string.sub(id, 25), 16)) end
+    if record then
+      local p = tonumber(string.sub(id, 25), 16)
+      --@inline block_owner
+    end
   end
   if owner and tonumber(owner) < boundary then return false end
   return owner or false
@@ -247,51 +241,33 @@ if w > 0 then
   writes[w + 1] = counter
   writes[w + 2] = string.format('%d', total)
   if heads then
-    for first = 1, #heads, 1000 do
-      redis.call('ZADD', session .. 'runnable', unpack(heads, first, math.min(first + 999, #heads)))
-    end
-    writes[#writes + 1] = session .. 'live'
+    sliced('ZADD', session .. KEY_RUNNABLE, heads)
+    writes[#writes + 1] = session .. KEY_LIVE
     writes[#writes + 1] = string.format('%d', live)
   end
   if indexed then
     for name, list in pairs(indexed) do
-      local hex = string.gsub(name, '.', function(c) return string.format('%02x', string.byte(c)) end)
-      for first = 1, #list, 1000 do
-        redis.call('ZADD', session .. 'type:' .. hex, unpack(list, first, math.min(first + 999, #list)))
-      end
+      --@inline type_key SESSION=session
+      sliced('ZADD', key, list)
     end
-    writes[#writes + 1] = session .. 'typed'
+    writes[#writes + 1] = session .. KEY_TYPED
     writes[#writes + 1] = cjson.encode(typed)
   end
-  for first = 1, #writes, 1000 do
-    redis.call('MSET', unpack(writes, first, math.min(first + 999, #writes)))
-  end
+  sliced('MSET', nil, writes)
 end
 
--- '1' when a served consumer has a live head: with every consumer served,
--- the live count; else newest heads first (a retired consumer's backlog is
--- older than the work a deployment serves).
-local pending = pending_fast and '1' or '0'
-if pending == '0' and live > 0 then
+-- Whether a served consumer has a live head: with every consumer served,
+-- the live count; else the bounded scan, newest heads first.
+local pending = pending_fast
+if not pending and live > 0 then
   if served == nil then
-    pending = '1'
+    pending = true
   else
-    local ready, offset = session .. 'runnable', 0
-    while pending == '0' do
-      -- Bounded, as cursor's has_pending: past 1024 heads, "maybe".
-      if offset >= 1024 then pending = '1' break end
-      local page = redis.call('ZREVRANGEBYSCORE', ready, '+inf', 1, 'LIMIT', offset, 64)
-      for _, cid in ipairs(page) do
-        local colon = string.find(cid, ':', 1, true)
-        local size = tonumber(string.sub(cid, 1, colon - 1))
-        if served[string.sub(cid, colon + 1, colon + size)] then pending = '1' end
-      end
-      if #page < 64 then break end
-      offset = offset + 64
-    end
+    local ready = session .. KEY_RUNNABLE
+    --@inline pending_scan served_set=served READY=ready
   end
 end
-replies[1] = (values[5] and 2 or 0) + (pending == '1' and 1 or 0)
+replies[1] = (values[5] and 2 or 0) + (pending and 1 or 0)
 -- Targets made new heads: the ready index may have to learn of them.
 if heads then
   replies[#replies + 1] = ready_mark(session, tonumber(ARGV[1]), false, values[at_listed] or false, true, true)

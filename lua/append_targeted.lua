@@ -24,108 +24,82 @@
 -- heads, { the integer, ready mark } (util's ready_mark) instead of the
 -- integer.
 local call = redis.call
-local counter = KEYS[1]
-local session = string.sub(counter, 1, -6)
-local id, typ = ARGV[2], ARGV[3]
-local owner_key = session .. 'id:' .. id
+--@inline flat_session
+--@inline one_event_args
 local origin, served, block = ARGV[5], ARGV[6], ARGV[7]
 local targets = #ARGV - 7
--- values[7]: the ready-index record (listed); values[8]: the id block's
--- record, when there is a block to look up.
+-- values[6]: the ready-index record (listed); values[7] the id's key;
+-- values[8]: the id block's record, when there is a block to look up.
 local values
 if block == '' then
-  values = call('MGET', counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed', owner_key,
-    session .. 'listed')
+  values = call('MGET', counter, session .. KEY_CLEAR, session .. KEY_TYPED, session .. KEY_LIVE, session .. KEY_FOLLOWED,
+    session .. KEY_LISTED, owner_key)
 else
-  values = call('MGET', counter, session .. 'clear', session .. 'typed', session .. 'live', session .. 'followed', owner_key,
-    session .. 'listed', session .. 'ids:' .. block)
+  values = call('MGET', counter, session .. KEY_CLEAR, session .. KEY_TYPED, session .. KEY_LIVE, session .. KEY_FOLLOWED,
+    session .. KEY_LISTED, owner_key, session .. KEY_ID_BLOCK .. block)
 end
--- (tonumber only on what is there: a missing key is false.)
-local boundary = values[2] and tonumber(values[2]) or 0
-local bits = values[5] and 2 or 0
+--@inline one_event_bounds
 local had_live = values[4] and values[4] ~= '0'
 local names = nil
 if served ~= '' then
+  local entries = cjson.decode(served)
   names = {}
-  for _, entry in ipairs(cjson.decode(served)) do names[entry[1]] = true end
+  --@inline served_set served_set=names
 end
 -- A new head of a served consumer is pending.
 for t = 8, #ARGV do
-  local prefix = ARGV[t]
-  if bits % 2 == 0 and (not names or names[string.sub(prefix, string.find(prefix, ':', 1, true) + 1, -2)]) then
+  if bits % 2 == 1 then break end
+  if not names then
     bits = bits + 1
+  else
+    local cid = ARGV[t]
+    --@inline cid_consumer
+    if names[consumer] then bits = bits + 1 end
   end
 end
 if bits % 2 == 0 and had_live then
   if not names then
     bits = bits + 1
   else
-    -- Newest heads first (a retired consumer's backlog is older than the
-    -- work a deployment serves).
-    local ready, offset = session .. 'runnable', 0
-    while bits % 2 == 0 do
-      local page = call('ZREVRANGEBYSCORE', ready, '+inf', 1, 'LIMIT', offset, 64)
-      for _, cid in ipairs(page) do
-        local colon = string.find(cid, ':', 1, true)
-        local size = tonumber(string.sub(cid, 1, colon - 1))
-        if names[string.sub(cid, colon + 1, colon + size)] and bits % 2 == 0 then bits = bits + 1 end
-      end
-      if #page < 64 then break end
-      offset = offset + 64
-    end
+    local pending, ready = false, session .. KEY_RUNNABLE
+    --@inline pending_scan served_set=names READY=ready
+    if pending then bits = bits + 1 end
   end
 end
 
 -- The index that owns the id in this lifetime, if any: its id key, else
 -- the block of its first 24 digits (include/session's block_of).
-local owner = values[6]
-if not owner and values[8] then
-  local first, n = string.match(values[8], '^(%d+):(%d+)$')
-  local p = tonumber(string.sub(id, 25), 16)
-  if first and p < tonumber(n) then owner = tonumber(first) + p end
-end
-if owner and tonumber(owner) >= boundary then
-  local entry = string.format('%d-0', owner)
-  return { 'dup', bits, call('XRANGE', session .. 'log', entry, entry)[1] }
-end
-if origin ~= '' and tonumber(origin) <= boundary then
-  return { 'cleared', bits }
-end
-
-local index = tonumber(values[1] or values[2] or 0) + 1
-local text = string.format('%d', index)
--- An uncaused event's entry has no cause field (readers take a missing
--- cause as none).
-call('XADD', session .. 'log', text .. '-0', 'id', id, 'type', typ,
-  'payload', ARGV[4], 'created_at', ARGV[1])
-local registry, entry = nil, nil
-if values[3] then
-  -- A type some log cursor reads: the event joins that type's index.
-  registry = cjson.decode(values[3])
-  entry = registry[typ]
-end
--- Each event-cursor target is a new runnable head scoring its index.
-local runnable = session .. 'runnable'
-if targets == 1 then
-  call('ZADD', runnable, index, ARGV[8] .. text)
-else
-  local heads = {}
+local owner, record = values[7], values[8]
+--@inline one_event_screen
+-- And the heads, sized before the first write (ZADD takes them in
+-- slices).
+local runnable = session .. KEY_RUNNABLE
+local heads = nil
+if targets > 1 then
+  heads = {}
   for t = 8, #ARGV do
     heads[#heads + 1] = index
     heads[#heads + 1] = ARGV[t] .. text
   end
-  call('ZADD', runnable, unpack(heads))
+end
+--@inline one_event_xadd
+-- Each event-cursor target is a new runnable head scoring its index.
+if heads then
+  sliced('ZADD', runnable, heads)
+else
+  call('ZADD', runnable, index, ARGV[8] .. text)
 end
 local live = int((values[4] and tonumber(values[4]) or 0) + targets)
 if entry then
-  local hex = string.gsub(typ, '.', function(c) return string.format('%02x', string.byte(c)) end)
-  call('ZADD', session .. 'type:' .. hex, index, text)
+  -- A type some log cursor reads: the event joins that type's index.
+  --@inline type_key SESSION=session name=typ
+  call('ZADD', key, index, text)
   entry[2] = index
-  call('MSET', owner_key, text, counter, text, session .. 'live', live, session .. 'typed', cjson.encode(registry))
+  call('MSET', owner_key, text, counter, text, session .. KEY_LIVE, live, session .. KEY_TYPED, cjson.encode(registry))
 else
-  call('MSET', owner_key, text, counter, text, session .. 'live', live)
+  call('MSET', owner_key, text, counter, text, session .. KEY_LIVE, live)
 end
 -- New heads: the ready index may have to learn of them.
-local update = ready_mark(session, tonumber(ARGV[1]), false, values[7] or false, true, true)
+local update = ready_mark(session, tonumber(ARGV[1]), false, values[6] or false, true, true)
 if update == READY_MARK then return index * 4 + bits end
 return { index * 4 + bits, update }

@@ -24,7 +24,7 @@ local head = total
 if ARGV[3] ~= '' then
   local idx = tonumber(ARGV[5])
   if idx <= boundary then return { 'superseded' } end
-  local row = read_rows({ { idx, row_of(ARGV[3], ARGV[4]) } }, { 'd', 'f', 'p', 'l' })[1]
+  local row = read_rows({ { idx, row_of(ARGV[3], ARGV[4]) } }, { COL_ATTEMPTS, COL_DEAD, COL_PROCESSED, COL_KIND })[1]
   if tonumber(row[1] or '0') ~= tonumber(ARGV[6]) or row[2] or row[3] or not owns(row[4], ARGV[4]) then
     return { 'superseded' }
   end
@@ -45,6 +45,7 @@ local idx = int(head + 1)
 redis.call('XADD', LOG, idx .. '-0',
   'id', ARGV[7], 'type', CLEAR_TYPE, 'payload', 'null',
   'created_at', ARGV[1], 'cause', '')
-redis.call('UNLINK', READY, LIVE)
+-- Nothing of the old lifetime is runnable or in flight any more.
+redis.call('UNLINK', READY, LIVE, FLIGHT)
 redis.call('MSET', id_key(ARGV[7]), idx, COUNTER, idx, CLEAR, idx)
-return { 'ok', '1', idx, idx, '1', ready_mark(SESSION, tonumber(ARGV[1]), false, listed_value, false, false) }
+return { 'ok', '1', idx, idx, '1', ready_mark(SESSION, tonumber(ARGV[1]), false, listed_value, false, false, nil, nil, 'gone') }

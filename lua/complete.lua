@@ -38,7 +38,7 @@ for i = 1, n do ids[i] = ARGV[9 + (i - 1) * 4 + 1] end
 local owners = read_bounds(ids)
 if idx <= boundary then return { 'superseded' } end
 if idx < 1 or idx > total then return { 'missing' } end
-local row = read_rows({ { idx, at } }, { 'd', 'p', 'ri', 'ch', 'f', 'l', 'next', 'pins' })[1]
+local row = read_rows({ { idx, at } }, { COL_ATTEMPTS, COL_PROCESSED, COL_RETURNED, COL_HOLDER, COL_DEAD, COL_KIND, COL_NEXT, COL_PINS })[1]
 if row[2] then
   -- The cursor already moved past this head: a retry of the same attempt
   -- with the same ids replays; anything else is superseded or partial.
@@ -66,7 +66,8 @@ use_served(ARGV[7])
 local batch = {}
 for i = 1, n do
   local o = 9 + (i - 1) * 4
-  batch[i] = { idx = total + i, type = ARGV[o + 2], targets = targets_of(ARGV[o + 4]) }
+  local targets = targets_of(ARGV[o + 4])
+  batch[i] = { idx = total + i, type = ARGV[o + 2], targets = targets, not_before = targets[1] and targets[1][3] }
 end
 local moved, missing = advance(consumer, row[6], idx, row[7], batch, true)
 if not moved then return { 'index', missing, int(idx) } end
@@ -75,20 +76,27 @@ if not planned then return { 'index', unindexed, int(after) } end
 
 -- The head row keeps only its completion record (see processed); the
 -- claim columns are spent.
-put_row(idx, at, 'p', processed(now, ARGV[5]))
-if n > 0 then put_row(idx, at, 'ri', ARGV[8]) end
-for _, column in ipairs({ 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'next', 'pins' }) do
+put_row(idx, at, COL_PROCESSED, processed(now, ARGV[5]))
+if n > 0 then put_row(idx, at, COL_RETURNED, ARGV[8]) end
+for _, column in ipairs({ COL_ATTEMPTS, COL_FIRST_CLAIMED, COL_LAST_CLAIMED, COL_HOLDER, COL_EXPIRY, COL_FAILURES, COL_LAST_FAILED, COL_LAST_FAILED_ATTEMPT, COL_ERROR, COL_NEXT, COL_PINS }) do
   drop_row(idx, at, column)
 end
 -- An event row's kind is its name; lane and log rows keep theirs.
-if row[6] == '#' then drop_row(idx, at, 'l') end
+if row[6] == '#' then drop_row(idx, at, COL_KIND) end
+in_flight(consumer, -1)
 release_pins(idx, at, row[8])
 for i = 1, n do
   local o = 9 + (i - 1) * 4
   local child = int(total + i)
-  redis.call('XADD', LOG, child .. '-0',
-    'id', ARGV[o + 1], 'type', ARGV[o + 2], 'payload', ARGV[o + 3],
-    'created_at', now, 'cause', ARGV[6])
+  if batch[i].not_before then
+    redis.call('XADD', LOG, child .. '-0',
+      'id', ARGV[o + 1], 'type', ARGV[o + 2], 'payload', ARGV[o + 3],
+      'created_at', now, 'cause', ARGV[6], 'not_before', int(batch[i].not_before))
+  else
+    redis.call('XADD', LOG, child .. '-0',
+      'id', ARGV[o + 1], 'type', ARGV[o + 2], 'payload', ARGV[o + 3],
+      'created_at', now, 'cause', ARGV[6])
+  end
   mark(id_key(ARGV[o + 1]), child)
 end
 index_batch(batch)

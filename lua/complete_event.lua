@@ -21,7 +21,7 @@ local consumer, idx, attempt = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if idx <= boundary then return { 'superseded' } end
 if idx < 1 or idx > total then return { 'missing' } end
 local at = row_of(consumer, '#')
-local row = read_rows({ { idx, at } }, { 'd', 'p', 'ri', 'ch', 'f', 'l', 'pins', 'a' })[1]
+local row = read_rows({ { idx, at } }, { COL_ATTEMPTS, COL_PROCESSED, COL_RETURNED, COL_HOLDER, COL_DEAD, COL_KIND, COL_PINS, COL_FAILURES })[1]
 if row[2] then
   if processed_attempt(row[2]) ~= attempt then return { 'superseded' } end
   if row[3] and row[3] ~= '' and row[3] ~= '[]' then return { 'partial' } end
@@ -32,14 +32,15 @@ if tonumber(row[1] or '0') ~= attempt or not row[4] or row[5] or row[6] ~= '#' t
 end
 local cid = cid_of(consumer, '#' .. int(idx))
 ready_set(cid, false, -1)
-put_row(idx, at, 'p', processed(ARGV[1], ARGV[4]))
+put_row(idx, at, COL_PROCESSED, processed(ARGV[1], ARGV[4]))
 -- The head row keeps only its completion record.
-local spent = { 'd', 'fc', 'lc', 'ch', 'ce', 'l' }
+local spent = { COL_ATTEMPTS, COL_FIRST_CLAIMED, COL_LAST_CLAIMED, COL_HOLDER, COL_EXPIRY, COL_KIND }
 if row[8] then
-  for _, column in ipairs({ 'a', 'lf', 'lfa', 'e' }) do spent[#spent + 1] = column end
+  for _, column in ipairs({ COL_FAILURES, COL_LAST_FAILED, COL_LAST_FAILED_ATTEMPT, COL_ERROR }) do spent[#spent + 1] = column end
 end
 for _, column in ipairs(spent) do drop_row(idx, at, column) end
+in_flight(consumer, -1)
 release_pins(idx, at, row[7])
-drop_row(idx, at, 'pins')
+drop_row(idx, at, COL_PINS)
 commit()
 return with_ready({ 'ok', int(total + 1) }, ARGV[1])

@@ -15,10 +15,19 @@
 -- then per attempt j (offset o = 3 + (j - 1) * 4):
 --   ARGV[o+1] consumer, ARGV[o+2] tag ('#' or 'L<lane>'), ARGV[o+3] head
 --   index, ARGV[o+4] attempt
+-- then, optionally, a holder and a claim expiry (epoch ms): complete and
+--   claim next, as complete_fast does. The new head of every lane or log
+--   cursor this call moves on, when it may be claimed now (not scheduled
+--   for later), goes to the holder as a first claim: it has just become its
+--   cursor's head, so it was never claimed.
 --
 -- Replies:
 --   { 'ok', outcome... }     per attempt: 'ok' (completed now), 'duplicate'
---                            (completed by an earlier try) or 'superseded'
+--                            (completed by an earlier try) or 'superseded';
+--                            with a holder, then a table of { consumer,
+--                            kind, index } per claimed next head (a lone
+--                            one with its stream entry fourth), as
+--                            complete_fast's
 --   { 'missing', j }         no event at attempt j's index; nothing written
 --   { 'partial', j }         attempt j's committed completion returned
 --                            events (replay it with complete); nothing written
@@ -37,7 +46,7 @@ for j = 1, k do
   items[j] = item
   refs[j] = { item.idx, item.at }
 end
-local rows = read_rows(refs, { 'd', 'p', 'ri', 'ch', 'f', 'l', 'next', 'pins', 'a', 'lfa' })
+local rows = read_rows(refs, { COL_ATTEMPTS, COL_PROCESSED, COL_RETURNED, COL_HOLDER, COL_DEAD, COL_KIND, COL_NEXT, COL_PINS, COL_FAILURES, COL_LAST_FAILED_ATTEMPT })
 
 -- Every fence first: nothing is buffered or written until all have passed.
 local outcomes = { 'ok' }
@@ -73,27 +82,71 @@ for j, item in ipairs(items) do
   end
 end
 
+-- Complete and claim next: every lane or log cursor moved on whose new
+-- head is free now (its score a free one, or a scheduled time passed).
+-- Still buffered; a lone claimed head's entry is read here, before the
+-- writes.
+local holder, expires_at = ARGV[4 + 4 * k], ARGV[5 + 4 * k]
+local claimed, holds = false, nil
+if holder and holder ~= '' then
+  claimed = {}
+  local stamp, until_ms = tonumber(now), tonumber(expires_at)
+  for j, item in ipairs(items) do
+    local kind = rows[j][6]
+    if outcomes[j + 1] == 'ok' and kind ~= '#' then
+      local cid = cid_of(item.consumer, kind)
+      local score, head = ready_changes[cid], states[cid].h
+      if head and score and (score < HELD or score - HELD <= stamp) then
+        local at = row_of(item.consumer, kind)
+        put_row(head, at, COL_ATTEMPTS, '1')
+        put_row(head, at, COL_KIND, kind)
+        put_row(head, at, COL_FIRST_CLAIMED, now)
+        put_row(head, at, COL_LAST_CLAIMED, now)
+        put_row(head, at, COL_HOLDER, holder)
+        put_row(head, at, COL_EXPIRY, expires_at)
+        hold(cid, until_ms)
+        in_flight(item.consumer, 1)
+        claimed[#claimed + 1] = { item.consumer, kind, int(head) }
+      end
+    end
+  end
+  -- What the index needs (ready_mark): whether a head is left free, and
+  -- the earliest hold this call set.
+  added_free, holds = false, false
+  for _, cid in ipairs(ready_order) do
+    local score = ready_changes[cid]
+    if score and score > 0 and score < HELD then added_free = true end
+    if score and score >= HELD and (not holds or score - HELD < holds) then holds = score - HELD end
+  end
+  local lone = #claimed == 1 and claimed[1][3]
+  --@inline lone_entry
+  if entry then claimed[1][4] = entry end
+end
+
 -- The head rows keep only their completion records. A claimed head has
 -- its claim columns; the failure columns, the lane link and the pins are
 -- dropped only where the row has them (building a field name costs).
-local CLAIMED = { 'd', 'fc', 'lc', 'ch', 'ce' }
-local FAILED = { 'a', 'lf', 'lfa', 'e' }
+local CLAIMED = { COL_ATTEMPTS, COL_FIRST_CLAIMED, COL_LAST_CLAIMED, COL_HOLDER, COL_EXPIRY }
+local FAILED = { COL_FAILURES, COL_LAST_FAILED, COL_LAST_FAILED_ATTEMPT, COL_ERROR }
 for j, item in ipairs(items) do
   if outcomes[j + 1] == 'ok' then
     local row, idx, at = rows[j], item.idx, item.at
-    put_row(idx, at, 'p', processed(now, item.attempt))
+    put_row(idx, at, COL_PROCESSED, processed(now, item.attempt))
     for _, column in ipairs(CLAIMED) do drop_row(idx, at, column) end
+    in_flight(item.consumer, -1)
     if row[9] or row[10] then
       for _, column in ipairs(FAILED) do drop_row(idx, at, column) end
     end
-    if row[7] then drop_row(idx, at, 'next') end
-    if row[6] == '#' then drop_row(idx, at, 'l') end
+    if row[7] then drop_row(idx, at, COL_NEXT) end
+    if row[6] == '#' then drop_row(idx, at, COL_KIND) end
     if row[8] then
       release_pins(idx, at, row[8])
-      drop_row(idx, at, 'pins')
+      drop_row(idx, at, COL_PINS)
     end
   end
 end
 flush_states()
 commit()
-return with_ready(outcomes, now)
+-- With a holder, the claimed heads follow the outcomes.
+outcomes[#outcomes + 1] = claimed or nil
+return with_ready(outcomes, now, false, holds)

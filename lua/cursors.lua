@@ -27,7 +27,7 @@
 local limit = tonumber(ARGV[1])
 local listed, next_page = {}, {}
 if ARGV[2] == 'h' then
-  boundary = tonumber(redis.call('GET', CLEAR) or '0')
+  read_clear()
   local step = redis.call('HSCAN', CURSORS, ARGV[3], 'COUNT', int(limit))
   -- A record's fields are <cid>:h, :p, :t, :ty; every record has :p.
   local fields, skip, seen = step[2], tonumber(ARGV[4]), 0
@@ -50,13 +50,12 @@ if ARGV[2] == 'h' then
     next_page = { 'e', '', '' }
   end
   local names = {}
-  for k, cid in ipairs(cids) do names[k] = cid .. ':h' end
+  for k, cid in ipairs(cids) do names[k] = cid .. CURSOR_HEAD end
   local heads = sliced('HMGET', CURSORS, names)
   for k, cid in ipairs(cids) do
     local consumer, tag = parse_cid(cid)
     local h, position = heads[k], positions[k]
-    local head = (h and h ~= '') and tonumber(h) or false
-    if head and head <= boundary then head = false end
+    local head = record_head(h)
     local kind = string.sub(tag, 1, 1)
     if kind == 'G' and position < boundary then position = boundary end
     if kind == 'G' or head or position > boundary then
@@ -83,7 +82,7 @@ for position, cursor in ipairs(listed) do
     positions[#refs] = position
   end
 end
-local rows = read_rows(refs, { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f' })
+local rows = read_dispatch(refs)
 local columns = {}
 for k, position in ipairs(positions) do columns[position] = rows[k] end
 local reply = { next_page }

@@ -23,7 +23,7 @@ local page = ready_page(ARGV[2], ARGV[3], limit, true, '(0')
 local reply = { {} }
 if #page == 2 * limit then reply[1] = { page[#page], page[#page - 1] } end
 if #page == 0 then return reply end
-boundary = tonumber(redis.call('GET', CLEAR) or '0')
+read_clear()
 local refs, items = {}, {}
 for i = 1, #page, 2 do
   local consumer, tag = parse_cid(page[i])
@@ -33,7 +33,7 @@ for i = 1, #page, 2 do
     items[#items + 1] = { consumer, tag, idx }
   end
 end
-local rows = read_rows(refs, { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f' })
+local rows = read_dispatch(refs)
 for k, item in ipairs(items) do
   reply[#reply + 1] = { item[1], item[2], int(item[3]), rows[k] }
 end

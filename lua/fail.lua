@@ -22,7 +22,7 @@ local consumer, tag, idx, attempt = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumbe
 local at = row_of(consumer, tag)
 if idx <= boundary then return { 'superseded', '0' } end
 if idx < 1 or idx > total then return { 'missing', '0' } end
-local row = read_rows({ { idx, at } }, { 'a', 'd', 'p', 'f', 'lfa', 'ch', 'l', 'pins' })[1]
+local row = read_rows({ { idx, at } }, { COL_FAILURES, COL_ATTEMPTS, COL_PROCESSED, COL_DEAD, COL_LAST_FAILED_ATTEMPT, COL_HOLDER, COL_KIND, COL_PINS })[1]
 if row[3] or (row[7] and not owns(row[7], tag)) then return { 'superseded', '0' } end
 local failures = tonumber(row[1] or '0')
 if tonumber(row[2] or '0') ~= attempt then return { 'superseded', int(failures) } end
@@ -34,22 +34,23 @@ if row[4] then return { 'dead_lettered', int(failures) } end
 if not row[6] then return { 'superseded', int(failures) } end
 failures = failures + 1
 local dead = failures >= tonumber(ARGV[6])
-put_row(idx, at, 'a', int(failures))
-put_row(idx, at, 'e', ARGV[5])
-put_row(idx, at, 'lf', ARGV[7])
-put_row(idx, at, 'lfa', ARGV[4])
-drop_row(idx, at, 'ch')
+put_row(idx, at, COL_FAILURES, int(failures))
+put_row(idx, at, COL_ERROR, ARGV[5])
+put_row(idx, at, COL_LAST_FAILED, ARGV[7])
+put_row(idx, at, COL_LAST_FAILED_ATTEMPT, ARGV[4])
+drop_row(idx, at, COL_HOLDER)
+in_flight(consumer, -1)
 local cid = cid_for(consumer, row[7], idx)
 if dead then
-  put_row(idx, at, 'f', ARGV[7])
-  drop_row(idx, at, 'ce')
+  put_row(idx, at, COL_DEAD, ARGV[7])
+  drop_row(idx, at, COL_EXPIRY)
   ready_set(cid, -idx, -1)
   release_pins(idx, at, row[8])
 elseif ARGV[8] ~= '' then
-  put_row(idx, at, 'ce', ARGV[8])
+  put_row(idx, at, COL_EXPIRY, ARGV[8])
   hold(cid, tonumber(ARGV[8]))
 else
-  drop_row(idx, at, 'ce')
+  drop_row(idx, at, COL_EXPIRY)
   ready_set(cid, idx, 0)
 end
 commit()

@@ -64,13 +64,21 @@ for _ = 1, tonumber(ARGV[2]) do
 end
 
 -- Whether a cursor's runnable score says it waits on idx (a dead-lettered
--- head's score is negated, so it does not).
-local function waits_on(cid, idx)
+-- head's score is negated, so it does not). A held head (scheduled, held
+-- for a retry or leased) scores HELD + a time instead of its index: an
+-- event cursor's is its one head, a lane or log cursor's the head its
+-- record names.
+local function waits_on(cid, idx, lane)
   local score = redis.call('ZSCORE', READY, cid)
-  return score and tonumber(score) == idx
+  if not score then return false end
+  score = tonumber(score)
+  if score == idx then return true end
+  if score < HELD then return false end
+  if not lane then return true end
+  return tonumber(redis.call('HGET', CURSORS, cid .. CURSOR_HEAD) or '') == idx
 end
 
-local rows = read_rows(refs, { 'pins', 'p', 'f', 'l' })
+local rows = read_rows(refs, { COL_PINS, COL_PROCESSED, COL_DEAD, COL_KIND })
 local held, held_order = {}, {}
 for k, pin in ipairs(pins) do
   local row = rows[k]
@@ -80,11 +88,11 @@ for k, pin in ipairs(pins) do
   elseif row[4] then
     live = owns(row[4], pin.tag)
   elseif pin.tag == '#' then
-    live = waits_on(cid_of(pin.consumer, '#' .. int(pin.idx)), pin.idx)
+    live = waits_on(cid_of(pin.consumer, '#' .. int(pin.idx)), pin.idx, false)
   else
     local lane = string.sub(pin.tag, 2)
-    live = waits_on(cid_of(pin.consumer, 'L' .. lane), pin.idx) or
-      waits_on(cid_of(pin.consumer, 'G' .. lane), pin.idx)
+    live = waits_on(cid_of(pin.consumer, 'L' .. lane), pin.idx, true) or
+      waits_on(cid_of(pin.consumer, 'G' .. lane), pin.idx, true)
   end
   if live then
     local name = int(pin.idx) .. ':' .. pin.row
@@ -104,9 +112,23 @@ end
 
 local function ref_of(index) return cjson.encode({ HISTORY, int(index) }) end
 
+-- The pin counts this call asks about, read before its first write (one
+-- HMGET): the head's and each write's; counts[ref] follows the HINCRBYs
+-- below.
+local counts = {}
+if #writes > 0 then
+  local refs_read = {}
+  if head_index then refs_read[1] = ref_of(head_index) end
+  for _, write in ipairs(writes) do
+    write.ref = ref_of(write.index)
+    refs_read[#refs_read + 1] = write.ref
+  end
+  local read = sliced('HMGET', PINS, refs_read)
+  for i, ref in ipairs(refs_read) do counts[ref] = tonumber(read[i] or '0') end
+end
+
 local pinned = 0
 for _, write in ipairs(writes) do
-  write.ref = ref_of(write.index)
   for _, pin in ipairs(write.pins) do
     local entry = pin.held
     if entry and not entry.set[write.ref] then
@@ -114,13 +136,14 @@ for _, write in ipairs(writes) do
       entry.list[#entry.list + 1] = write.ref
       entry.dirty = true
       redis.call('HINCRBY', PINS, write.ref, 1)
+      counts[write.ref] = counts[write.ref] + 1
       pinned = pinned + 1
     end
   end
 end
 for _, name in ipairs(held_order) do
   local entry = held[name]
-  if entry.dirty then put_row(entry.idx, entry.row, 'pins', cjson.encode(entry.list)) end
+  if entry.dirty then put_row(entry.idx, entry.row, COL_PINS, cjson.encode(entry.list)) end
 end
 commit()
 if #writes == 0 then return { 'ok', '0', int(pinned) } end
@@ -129,9 +152,9 @@ if stale_head then
   redis.call('ZREMRANGEBYSCORE', HISTORY, '-inf', '(' .. int(boundary))
 end
 -- Reclaim finds a session's reducers through this set instead of a scan.
-redis.call('SADD', SESSION .. 'snap-reducers', reducer)
+redis.call('SADD', SESSION .. KEY_SNAP_REDUCERS, reducer)
 
-local function pin_count(ref) return tonumber(redis.call('HGET', PINS, ref) or '0') end
+local function pin_count(ref) return counts[ref] end
 local function put_history(index, text)
   redis.call('ZREMRANGEBYSCORE', HISTORY, int(index), int(index))
   redis.call('ZADD', HISTORY, int(index), text)

@@ -16,8 +16,8 @@
 --   { 'invalid' }  the stored head snapshot is not one this layout writes
 local HEAD, HISTORY = snapshot_keys(ARGV[1])
 local bounds = redis.call('MGET', COUNTER, CLEAR)
-local clear = tonumber(bounds[2] or '0')
-local frontier = bounds[1] or bounds[2] or '0'
+local clear = clear_index(bounds[2])
+local frontier = bounds[1] or int(clear)
 local through = tonumber(ARGV[2])
 
 local chosen = false

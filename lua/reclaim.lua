@@ -12,7 +12,9 @@
 --
 -- Replies: { deleted, done } — entries this run removed, and 1 once nothing
 -- of a past lifetime remains, 0 while log entries of one do, 's' while the
--- sweep is under way (run again to go on with it).
+-- sweep is under way (run again to go on with it); a third value, the
+-- removed ready record's version, when this run collapsed the session (the
+-- store then tells its ready shard to forget it).
 read_bounds()
 if boundary == 0 then return { 0, 1 } end
 local phase, cursor = sweep_state()
@@ -45,10 +47,7 @@ if #entries > 0 then
     if owner == indexes[i] then stale[#stale + 1] = ids[i] end
   end
   sliced('DEL', nil, stale)
-  removed = 0
-  for first = 1, #stream_ids, 1000 do
-    removed = removed + redis.call('XDEL', LOG, unpack(stream_ids, first, math.min(first + 999, #stream_ids)))
-  end
+  removed = sliced_sum('XDEL', LOG, stream_ids)
   if #entries == page then
     if not phase then sweep_due() end
     return { removed, 0 }
@@ -57,4 +56,6 @@ elseif not phase then
   -- Nothing below the marker and no sweep due: swept already.
   return { 0, 1 }
 end
-return { removed, sweep_run(phase or 'r', cursor or '0') and 1 or 's' }
+local done = sweep_run(phase or 'r', cursor or '0')
+if done and collapsed_version then return { removed, 1, collapsed_version } end
+return { removed, done and 1 or 's' }

@@ -32,15 +32,16 @@ if not cid then return reply('0') end
 local kind = string.sub(tag, 1, 1) == '#' and '#' or tag
 local at = row_of(consumer, tag)
 if ARGV[3] == 'skip' then
-  local row = read_rows({ { idx, at } }, { 'next' })[1]
+  local row = read_rows({ { idx, at } }, { COL_NEXT })[1]
   local moved, missing = advance(consumer, kind, idx, row[1], {}, false)
   if not moved then return { 'index', missing, int(idx) } end
-  put_row(idx, at, 'p', processed(ARGV[4], 0))
+  put_row(idx, at, COL_PROCESSED, processed(ARGV[4], 0))
   flush_states()
 else
-  drop_row(idx, at, 'f')
-  drop_row(idx, at, 'a')
+  drop_row(idx, at, COL_DEAD)
+  drop_row(idx, at, COL_FAILURES)
   ready_set(cid, idx, 1)
 end
+dead_touched = true
 commit()
 return with_ready(reply('1'), ARGV[4])

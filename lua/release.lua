@@ -28,7 +28,7 @@ for i = 1, tonumber(ARGV[3]) do
     items[#items + 1] = { position = i, idx = idx, row = row, consumer = ARGV[o + 1], tag = ARGV[o + 2], attempt = tonumber(ARGV[o + 4]) }
   end
 end
-local rows = read_rows(refs, { 'd', 'ch', 'p', 'f', 'l' })
+local rows = read_rows(refs, { COL_ATTEMPTS, COL_HOLDER, COL_PROCESSED, COL_DEAD, COL_KIND })
 local done = {}
 for k, item in ipairs(items) do
   local row = rows[k]
@@ -36,13 +36,14 @@ for k, item in ipairs(items) do
   if not done[key] and row[2] and not row[3] and not row[4] and owns(row[5], item.tag) and
      tonumber(row[1] or '0') == item.attempt then
     done[key] = true
-    drop_row(item.idx, item.row, 'ch')
+    drop_row(item.idx, item.row, COL_HOLDER)
+    in_flight(item.consumer, -1)
     local cid = cid_for(item.consumer, row[5], item.idx)
     if hold_until then
-      put_row(item.idx, item.row, 'ce', int(hold_until))
+      put_row(item.idx, item.row, COL_EXPIRY, int(hold_until))
       hold(cid, hold_until)
     else
-      drop_row(item.idx, item.row, 'ce')
+      drop_row(item.idx, item.row, COL_EXPIRY)
       ready_set(cid, item.idx, 0)
     end
     outcomes[item.position] = 'released'

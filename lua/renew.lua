@@ -29,7 +29,7 @@ for i = 1, tonumber(ARGV[4]) do
     }
   end
 end
-local rows = read_rows(refs, { 'd', 'ce', 'p', 'f', 'ch', 'l' })
+local rows = read_rows(refs, { COL_ATTEMPTS, COL_EXPIRY, COL_PROCESSED, COL_DEAD, COL_HOLDER, COL_KIND })
 local renewed = {}
 for k, item in ipairs(items) do
   local row = rows[k]
@@ -40,7 +40,7 @@ for k, item in ipairs(items) do
     superseded[#superseded + 1] = int(item.position)
   elseif attempt == item.attempt and tonumber(expires_at) > now and
          not row[4] and row[5] == holder and tonumber(row[2] or '0') > now then
-    put_row(item.idx, item.row, 'ce', expires_at)
+    put_row(item.idx, item.row, COL_EXPIRY, expires_at)
     hold(cid_for(item.consumer, row[6], item.idx), tonumber(expires_at))
     renewed[#renewed + 1] = int(item.position)
   end

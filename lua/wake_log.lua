@@ -51,8 +51,7 @@ end
 if state.ty ~= ty then state.ty, state.dirty = ty, true end
 local columns = {}
 if had_head then
-  columns = read_rows({ { state.h, row_of(consumer, 'G' .. lane) } },
-    { 'd', 'fc', 'lc', 'ch', 'ce', 'a', 'lf', 'lfa', 'e', 'f' })[1]
+  columns = read_dispatch({ { state.h, row_of(consumer, 'G' .. lane) } })[1]
 elseif state.h then
   ready_set(cid, state.h, 1)
 end

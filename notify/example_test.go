@@ -37,7 +37,7 @@ func ExampleFeed_Follow() {
 		panic(err)
 	}
 
-	feed := notify.NewFeed(client, store, notify.FeedOptions{Prefix: "example"})
+	feed := notify.NewFeed(store, notify.FeedOptions{})
 	done := errors.New("done")
 	err = feed.Follow(ctx, "chat", 0, func(u notify.Update) error {
 		for _, ev := range u.Events {
@@ -82,7 +82,7 @@ func ExampleSessionWatcher_Watch() {
 		panic(err)
 	}
 
-	watch := notify.NewSessionWatcher(client, "example", notify.WatchOptions{})
+	watch := notify.NewSessionWatcher(store, notify.WatchOptions{})
 	done := errors.New("done")
 	err = watch.Watch(ctx, "orders", func(n notify.Notice) error {
 		switch n.Kind {
@@ -93,11 +93,11 @@ func ExampleSessionWatcher_Watch() {
 				_, _ = store.Append(ctx, "orders", []a2redis.Event{{ID: "o1", Type: "order.placed"}}, redisstore.AppendOptions{})
 			}()
 		case notify.NoticeMessage:
-			m, err := notify.Decode(n.Payload)
+			b, err := store.Bounds(ctx, "orders")
 			if err != nil {
 				return err
 			}
-			fmt.Printf("woken: the session's head is %d\n", m.Frontier)
+			fmt.Printf("woken: the session's head is %d\n", b.Head)
 			return done
 		}
 		return nil

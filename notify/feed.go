@@ -6,18 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
-	"github.com/a2redis/a2redis/keys"
+	"github.com/a2redis/a2redis/internal/wire"
+	"github.com/a2redis/a2redis/redisstore"
 )
 
-// DefaultPrefix is the key prefix a feed uses when FeedOptions.Prefix is
-// empty; it matches redisstore.DefaultPrefix.
-const DefaultPrefix = "a2"
-
-// Source is what a feed reads from; *redisstore.Store satisfies it.
+// Source is what a feed reads from: the store, unless FeedOptions.Source
+// names another (*redisstore.Store satisfies it).
 type Source interface {
 	// ReadPages delivers the session's events with after < index <=
 	// through (0: up to the head), in index order, page by page; reads
@@ -45,12 +41,9 @@ type Update struct {
 
 // FeedOptions configure a Feed. The zero value is ready to use.
 type FeedOptions struct {
-	// Prefix is the store's key prefix. Default "a2".
-	Prefix string
-	// Sharded subscribes with SSUBSCRIBE instead of SUBSCRIBE; use it when
-	// the store publishes with SPUBLISH (redisstore.Config.ShardedPubSub).
-	// See SubscriberOptions.Sharded for the trade-off. Default false.
-	Sharded bool
+	// Source, when set, is what the feed reads from instead of the store
+	// (a source that bounds each read, say). Default: the store.
+	Source Source
 	// FollowTTL is how long a followed session's mark outlives its last
 	// refresh (see WatchOptions.FollowTTL). Default DefaultFollowTTL.
 	FollowTTL time.Duration
@@ -60,21 +53,21 @@ type FeedOptions struct {
 // when they carry the events and XRANGE catch-ups otherwise. It is safe for
 // concurrent use.
 type Feed struct {
-	src    Source
-	prefix string
-	watch  *SessionWatcher
+	src   Source
+	watch *SessionWatcher
 }
 
-// NewFeed returns a feed that subscribes through client and reads from src.
-func NewFeed(client rueidis.Client, src Source, opts FeedOptions) *Feed {
-	prefix := opts.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
+// NewFeed returns a feed of the store's sessions: it subscribes through
+// the store's client in its publish mode (Config.ShardedPubSub) and reads
+// from the store (or opts.Source).
+func NewFeed(store *redisstore.Store, opts FeedOptions) *Feed {
+	var src Source = store
+	if opts.Source != nil {
+		src = opts.Source
 	}
 	return &Feed{
-		src:    src,
-		prefix: prefix,
-		watch:  NewSessionWatcher(client, prefix, WatchOptions{SubscriberOptions: SubscriberOptions{Sharded: opts.Sharded}, FollowTTL: opts.FollowTTL}),
+		src:   src,
+		watch: NewSessionWatcher(store, WatchOptions{FollowTTL: opts.FollowTTL}),
 	}
 }
 
@@ -96,12 +89,6 @@ func (f *Feed) Follow(ctx context.Context, session string, after int64, fn func(
 	}
 	if fn == nil {
 		return check.Invalid("fn", "is nil")
-	}
-	if f.src == nil {
-		return check.Invalid("src", "is nil")
-	}
-	if err := keys.ValidatePrefix(f.prefix); err != nil {
-		return check.Invalid("FeedOptions.Prefix", "%v", err)
 	}
 	fw := &follower{ctx: ctx, src: f.src, session: session, pos: after, fn: fn}
 	err := f.watch.Watch(ctx, session, fw.handle)
@@ -136,7 +123,7 @@ func (fw *follower) handle(n Notice) error {
 	case NoticeSubscribed, NoticeOverflow:
 		return fw.catchUp()
 	case NoticeMessage:
-		msg, err := Decode(n.Payload)
+		msg, err := wire.Decode(n.Payload)
 		if err != nil {
 			return fw.catchUp()
 		}
@@ -148,7 +135,7 @@ func (fw *follower) handle(n Notice) error {
 // apply applies a wake-up: carried events that continue where the feed is,
 // or a catch-up when it is bare, skips ahead or announces more than it
 // carries.
-func (fw *follower) apply(msg Message) error {
+func (fw *follower) apply(msg wire.Message) error {
 	if msg.Frontier <= fw.pos {
 		return nil
 	}

@@ -58,7 +58,7 @@ func newEnv(t testing.TB, client rueidis.Client, sharded bool) *env {
 	src := &countingSource{Store: store}
 	return &env{
 		ctx: ctx, client: client, store: store, src: src, prefix: prefix,
-		feed: notify.NewFeed(client, src, notify.FeedOptions{Prefix: prefix, Sharded: sharded}),
+		feed: notify.NewFeed(store, notify.FeedOptions{Source: src}),
 	}
 }
 
@@ -313,8 +313,6 @@ func TestFeedReturnsFnErrorAndRejectsBadInput(t *testing.T) {
 		assert.ErrorIs(t, e.feed.Follow(e.ctx, "", 0, func(notify.Update) error { return nil }), a2redis.ErrInvalidArgument)
 		assert.ErrorIs(t, e.feed.Follow(e.ctx, "s", -1, func(notify.Update) error { return nil }), a2redis.ErrInvalidArgument)
 		assert.ErrorIs(t, e.feed.Follow(e.ctx, "s", 0, nil), a2redis.ErrInvalidArgument)
-		bad := notify.NewFeed(e.client, e.store, notify.FeedOptions{Prefix: "a{b}"})
-		assert.ErrorIs(t, bad.Follow(e.ctx, "s", 0, func(notify.Update) error { return nil }), a2redis.ErrInvalidArgument)
 	})
 }
 
@@ -421,7 +419,7 @@ func TestFeedShardedOnACluster(t *testing.T) {
 // nothing is lost, nothing repeated.
 func TestFeedCatchesUpWhenItsMarkLapses(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
-		e.feed = notify.NewFeed(e.client, e.src, notify.FeedOptions{Prefix: e.prefix, FollowTTL: 400 * time.Millisecond})
+		e.feed = notify.NewFeed(e.store, notify.FeedOptions{Source: e.src, FollowTTL: 400 * time.Millisecond})
 		c := follow(t, e, "s", 0)
 		waitReads(t, e, 1)
 		mark := keys.For(e.prefix, "s").Followed()

@@ -158,7 +158,7 @@ func (s *Subscriber) subscribe(ctx context.Context, channel string, fn func(Noti
 	defer cancel()
 	q := newQueue(s.opts.QueueLimit)
 	pumped := make(chan error, 1)
-	go func() { pumped <- s.pump(ctx, channel, q) }()
+	go func() { pumped <- s.pumpRecovered(ctx, channel, q) }()
 	if beside != nil {
 		done := make(chan struct{})
 		go func() {
@@ -192,6 +192,17 @@ func (s *Subscriber) subscribe(ctx context.Context, channel string, fn func(Noti
 			}
 		}
 	}
+}
+
+// pumpRecovered is pump on its own goroutine: a panic under it (in the
+// client) ends the subscription with an error instead of the process.
+func (s *Subscriber) pumpRecovered(ctx context.Context, channel string, q *queue) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("notify: reading channel %q panicked: %v", channel, p)
+		}
+	}()
+	return s.pump(ctx, channel, q)
 }
 
 // pump keeps one subscription alive, connection after connection, and

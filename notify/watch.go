@@ -10,6 +10,7 @@ import (
 
 	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/keys"
+	"github.com/a2redis/a2redis/redisstore"
 )
 
 // DefaultFollowTTL is how long a session stays marked followed after a
@@ -18,8 +19,8 @@ const DefaultFollowTTL = time.Minute
 
 // WatchOptions configure a SessionWatcher. The zero value is ready to use.
 type WatchOptions struct {
-	// SubscriberOptions configure the subscriptions; Sharded must match
-	// the store's Config.ShardedPubSub.
+	// SubscriberOptions configure the subscriptions; their Sharded is
+	// set from the store's Config.ShardedPubSub.
 	SubscriberOptions
 	// FollowTTL is how long a watched session's followed mark
 	// (keys.Session.Followed) outlives its last refresh; a watch refreshes
@@ -42,16 +43,16 @@ type SessionWatcher struct {
 	ttl    time.Duration
 }
 
-// NewSessionWatcher returns a watcher of the notify channels of prefix's
-// sessions (an empty prefix is DefaultPrefix).
-func NewSessionWatcher(client rueidis.Client, prefix string, opts WatchOptions) *SessionWatcher {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+// NewSessionWatcher returns a watcher of the notify channels of the
+// store's sessions, subscribing through the store's client in its publish
+// mode: opts.Sharded is the store's Config.ShardedPubSub.
+func NewSessionWatcher(store *redisstore.Store, opts WatchOptions) *SessionWatcher {
 	if opts.FollowTTL <= 0 {
 		opts.FollowTTL = DefaultFollowTTL
 	}
-	return &SessionWatcher{client: client, sub: NewSubscriber(client, opts.SubscriberOptions), prefix: prefix, ttl: opts.FollowTTL}
+	opts.Sharded = store.ShardedPubSub()
+	client := store.Client()
+	return &SessionWatcher{client: client, sub: NewSubscriber(client, opts.SubscriberOptions), prefix: store.Prefix(), ttl: opts.FollowTTL}
 }
 
 // Watch marks the session followed, subscribes to its notify channel and

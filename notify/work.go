@@ -5,9 +5,8 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/redis/rueidis"
-
 	"github.com/a2redis/a2redis/keys"
+	"github.com/a2redis/a2redis/redisstore"
 )
 
 // WorkNotice is one thing a work watch reports.
@@ -18,9 +17,11 @@ type WorkNotice struct {
 	// head, a lane's next head freed by a completion, a redrive, a
 	// release, a retry hold or a lease that was given back).
 	Session string
-	// Gap reports that announcements of the shard may have been missed:
-	// the subscription (re)started, or the handler fell behind. Read the
-	// shard's index (redisstore.Store.ClaimNext does) instead of waiting.
+	// Gap reports that announcements of the shard may have been missed
+	// (the subscription (re)started, or the handler fell behind), or that
+	// work became claimable that no session announcement names (a paused
+	// consumer resumed). Read the shard's index instead of waiting (name
+	// the shard in redisstore.ClaimNextRequest.Shards).
 	Gap bool
 }
 
@@ -35,11 +36,13 @@ type WorkWatcher struct {
 	shards int
 }
 
-// NewWorkWatcher returns a watcher of the work channels of prefix's ready
-// index with shards shards (redisstore.Store.ReadyShards). opts.Sharded
-// must match the store's Config.ShardedPubSub.
-func NewWorkWatcher(client rueidis.Client, prefix string, shards int, opts SubscriberOptions) *WorkWatcher {
-	return &WorkWatcher{sub: NewSubscriber(client, opts), prefix: prefix, shards: shards}
+// NewWorkWatcher returns a watcher of the work channels of the store's
+// ready index (its prefix and redisstore.Store.ReadyShards), subscribing
+// through the store's client in its publish mode: opts.Sharded is the
+// store's Config.ShardedPubSub.
+func NewWorkWatcher(store *redisstore.Store, opts SubscriberOptions) *WorkWatcher {
+	opts.Sharded = store.ShardedPubSub()
+	return &WorkWatcher{sub: NewSubscriber(store.Client(), opts), prefix: store.Prefix(), shards: store.ReadyShards()}
 }
 
 // Watch subscribes to every shard's work channel and calls fn with each
@@ -79,7 +82,9 @@ func (w *WorkWatcher) Watch(ctx context.Context, fn func(WorkNotice) error) erro
 				case NoticeSubscribed, NoticeOverflow:
 					wn = WorkNotice{Shard: shard, Gap: true}
 				case NoticeMessage:
-					wn = WorkNotice{Shard: shard, Session: string(n.Payload)}
+					// An empty announcement (a consumer resumed: no session
+					// names its work) asks for a read of the index.
+					wn = WorkNotice{Shard: shard, Session: string(n.Payload), Gap: len(n.Payload) == 0}
 				default:
 					return nil
 				}

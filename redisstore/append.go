@@ -12,8 +12,9 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
-	"github.com/a2redis/a2redis/keys"
-	"github.com/a2redis/a2redis/notify"
+	"github.com/a2redis/a2redis/internal/rows"
+	"github.com/a2redis/a2redis/internal/scripts"
+	"github.com/a2redis/a2redis/internal/wire"
 )
 
 // AppendOptions tune an Append.
@@ -76,8 +77,7 @@ func (s *Store) appendEvents(ctx context.Context, session string, events []a2red
 	if opts.OriginIndex < 0 {
 		return AppendResult{}, check.Invalid("OriginIndex", "is negative (%d)", opts.OriginIndex)
 	}
-	consumers := s.served(opts.Consumers)
-	served, err := servedArg(consumers)
+	consumers, served, err := s.servedFor(ctx, opts.Consumers)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -96,11 +96,11 @@ func (s *Store) appendEvents(ctx context.Context, session string, events []a2red
 	if opts.OriginIndex > 0 {
 		origin = itoa(opts.OriginIndex)
 	}
-	if trace == "" && plainBatch(events, consumers) {
+	if trace == "" && plainBatch(events, consumers) && !scripts.GeneralOnly() {
 		call := &plainCall{ctx: ctx, batch: batch, origin: origin, nonce: nonce, heads: make([][]string, len(events))}
 		for i, e := range events {
 			for _, t := range e.Targets {
-				call.heads[i] = append(call.heads[i], keys.EventRow(t.Consumer))
+				call.heads[i] = append(call.heads[i], rows.EventRow(t.Consumer))
 			}
 		}
 		return s.appendPlain(ctx, session, served, call)
@@ -135,12 +135,12 @@ func (s *Store) appendResult(ctx context.Context, session string, events []a2red
 			return AppendResult{}, err
 		}
 		stored := appendedEvents(session, batch, first, now, func(i int) *a2redis.Cause { return events[i].Cause })
-		if batch[0].trace != "" {
-			// Wake-ups carry no trace context: followers read the events
-			// with it from the log.
-			s.publish(ctx, session, notify.EncodeBare(first+int64(len(batch))-1))
+		if batch[0].trace != "" || scheduledBatch(batch) {
+			// Wake-ups carry no trace context and no schedule: followers
+			// read the events with them from the log.
+			s.publish(ctx, session, wire.EncodeBare(first+int64(len(batch))-1))
 		} else {
-			s.publish(ctx, session, notify.Encode(first+int64(len(batch))-1, now, wakeEntries(stored)))
+			s.publish(ctx, session, wire.Encode(first+int64(len(batch))-1, now, wakeEntries(stored)))
 		}
 		return AppendResult{Events: stored, HasPending: word(reply, 2) == "1"}, nil
 	case "empty":
@@ -151,7 +151,7 @@ func (s *Store) appendResult(ctx context.Context, session string, events []a2red
 			return AppendResult{}, err
 		}
 		// The first try may have committed without publishing its wake-up.
-		s.publish(ctx, session, notify.EncodeBare(lastIndex(stored)))
+		s.publish(ctx, session, wire.EncodeBare(lastIndex(stored)))
 		return AppendResult{Events: stored, Replayed: true, HasPending: word(reply, 1) == "1"}, nil
 	case "partial", "cleared":
 		return AppendResult{}, refusedBatch(session, outcome, word(reply, 1), len(batch))
@@ -205,11 +205,23 @@ func refusedBatch(session, outcome, arg string, n int) error {
 	return errorf(a2redis.ErrSessionCleared, session, "scheduled work from event %s was cleared", arg)
 }
 
+// scheduledBatch reports whether an event of batch is scheduled
+// (Event.NotBefore): its wake-up is bare, since wake-up entries do not carry
+// the time.
+func scheduledBatch(batch []prepared) bool {
+	for _, e := range batch {
+		if e.notBefore > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // wakeEntries are stored events as a wake-up carries them.
-func wakeEntries(stored []a2redis.StoredEvent) []notify.Entry {
-	entries := make([]notify.Entry, len(stored))
+func wakeEntries(stored []a2redis.StoredEvent) []wire.Entry {
+	entries := make([]wire.Entry, len(stored))
 	for i, ev := range stored {
-		entries[i] = notify.Entry{Index: ev.Index, ID: ev.ID, Type: ev.Type, Payload: ev.Payload}
+		entries[i] = wire.Entry{Index: ev.Index, ID: ev.ID, Type: ev.Type, Payload: ev.Payload}
 	}
 	return entries
 }
@@ -224,11 +236,12 @@ func lastIndex(stored []a2redis.StoredEvent) int64 {
 }
 
 // plainBatch reports a batch without cursor state to move: no causes, no
-// lane targets, no served log consumer (event-cursor targets are fine: each
-// is a new head). The flat append_plain script serves it.
+// scheduled events, no lane targets, no served log consumer (event-cursor
+// targets are fine: each is a new head). The flat append_plain script
+// serves it.
 func plainBatch(events []a2redis.Event, consumers []a2redis.Consumer) bool {
 	for _, e := range events {
-		if e.Cause != nil {
+		if e.Cause != nil || !e.NotBefore.IsZero() {
 			return false
 		}
 		for _, t := range e.Targets {
@@ -247,16 +260,20 @@ func plainBatch(events []a2redis.Event, consumers []a2redis.Consumer) bool {
 
 // prepared is one validated event, as scripts take it.
 type prepared struct {
-	id, typ string
-	payload json.RawMessage
-	targets string
-	trace   string
+	id, typ   string
+	payload   json.RawMessage
+	targets   string
+	trace     string
+	notBefore int64 // epoch ms; 0: not scheduled
 }
 
 func (p prepared) stored(session string, index, now int64, cause *a2redis.Cause) a2redis.StoredEvent {
 	ev := a2redis.StoredEvent{
 		Session: session, Index: index, ID: p.id, Type: p.typ,
 		Payload: p.payload, CreatedAt: time.UnixMilli(now), Trace: p.trace,
+	}
+	if p.notBefore > 0 {
+		ev.NotBefore = time.UnixMilli(p.notBefore)
 	}
 	if cause != nil {
 		c := *cause
@@ -287,7 +304,10 @@ func (s *Store) prepare(events []a2redis.Event, arg string) ([]prepared, string,
 	}
 	out := make([]prepared, len(valid))
 	for i, e := range valid {
-		out[i] = prepared{id: e.ID, typ: e.Type, payload: e.Payload, targets: targetsArg(events[i].Targets)}
+		if err := s.checkServerBulk(fmt.Sprintf("%s[%d].Payload", arg, i), e.Payload); err != nil {
+			return nil, "", err
+		}
+		out[i] = prepared{id: e.ID, typ: e.Type, payload: e.Payload, targets: targetsArg(events[i].Targets, e.NotBefore), notBefore: e.NotBefore}
 	}
 	if generated != len(events) {
 		nonce = ""
@@ -317,10 +337,19 @@ func blockID(nonce string, i int) string {
 }
 
 // targetsArg encodes validated targets as [[consumer, tag], ...], or ” for
-// none.
-func targetsArg(targets []a2redis.Target) string {
+// none; a scheduled event's (notBefore, epoch ms, above 0) as [[consumer,
+// tag, notBefore], ...] (include/cursor's targets_of).
+func targetsArg(targets []a2redis.Target, notBefore int64) string {
 	if len(targets) == 0 {
 		return ""
+	}
+	if notBefore > 0 {
+		triples := make([][3]any, len(targets))
+		for i, t := range targets {
+			triples[i] = [3]any{t.Consumer, tagOf(t.Lane), notBefore}
+		}
+		raw, _ := json.Marshal(triples)
+		return string(raw)
 	}
 	pairs := make([][2]string, len(targets))
 	for i, t := range targets {
@@ -336,42 +365,3 @@ var (
 	checkLane  = check.Lane
 	checkCause = check.Cause
 )
-
-// servedArg encodes the served consumers: ” for all, else a JSON list of
-// [name] or [name, lane, types ('*' or a JSON list as text), backfill].
-func servedArg(consumers []a2redis.Consumer) (string, error) {
-	if consumers == nil {
-		return "", nil
-	}
-	list := make([]any, len(consumers))
-	for i, c := range consumers {
-		at := fmt.Sprintf("Consumers[%d]", i)
-		if err := checkName(at+".Name", c.Name); err != nil {
-			return "", err
-		}
-		if c.Log == nil {
-			list[i] = []any{c.Name}
-			continue
-		}
-		if err := checkName(at+".Log.Lane", c.Log.Lane); err != nil {
-			return "", err
-		}
-		types := "*"
-		if c.Log.Types != nil {
-			for j, t := range c.Log.Types {
-				if err := checkType(fmt.Sprintf("%s.Log.Types[%d]", at, j), t); err != nil {
-					return "", err
-				}
-			}
-			raw, _ := json.Marshal(c.Log.Types)
-			types = string(raw)
-		}
-		backfill := 0
-		if c.Log.Backfill {
-			backfill = 1
-		}
-		list[i] = []any{c.Name, c.Log.Lane, types, backfill}
-	}
-	raw, _ := json.Marshal(list)
-	return string(raw), nil
-}

@@ -281,6 +281,27 @@ func BenchmarkProcess(b *testing.B) {
 			})
 		}
 	}
+	// One handler claiming 16 heads at a time and completing them
+	// together, without a limit and with the consumer limited to 16 heads
+	// of a session in flight (a2redis.Consumer.PerSession), which each
+	// claim then takes whole: the cost of the limit (the general claim
+	// script, the read of the count) side by side.
+	for _, perSession := range []int{0, 16} {
+		b.Run(fmt.Sprintf("event-cursors/handlers=1/per-session=%d", perSession), func(b *testing.B) {
+			ps, err := redisstore.New(e.ctx, e.client, redisstore.Config{Prefix: fmt.Sprintf("bench-ps%d", perSession),
+				Consumers: []a2redis.Consumer{{Name: "c", PerSession: perSession}}})
+			require.NoError(b, err)
+			pe := &bench{ctx: e.ctx, client: e.client, store: ps}
+			s := session("ps")
+			pe.fill(b, s, b.N, func(int) a2redis.Event {
+				return a2redis.Event{Type: "t", Payload: benchPayload, Targets: []a2redis.Target{{Consumer: "c"}}}
+			})
+			b.ResetTimer()
+			done := pe.measure(b)
+			drainT(b, pe, s, 1, 16, false)
+			done(b.N, "event")
+		})
+	}
 	for _, lanes := range []int{1, 16} {
 		b.Run(fmt.Sprintf("ordered/lanes=%d", lanes), func(b *testing.B) {
 			s := session("lane")
@@ -339,9 +360,9 @@ func drainT(b testing.TB, e *bench, session string, handlers, limit int, oneByOn
 				}
 				// The handlers return no events: the heads of one claim
 				// complete together.
-				done := make([]redisstore.Completion, len(c.Heads))
+				done := make([]redisstore.Attempt, len(c.Heads))
 				for i, h := range c.Heads {
-					done[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+					done[i] = redisstore.AttemptOf(h)
 				}
 				if _, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: done}); err != nil {
 					b.Error(err)

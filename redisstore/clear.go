@@ -8,7 +8,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
-	"github.com/a2redis/a2redis/notify"
+	"github.com/a2redis/a2redis/internal/wire"
 )
 
 // ClearOptions tune a Clear.
@@ -80,12 +80,12 @@ func (s *Store) clearResult(ctx context.Context, session string, opts ClearOptio
 		}
 		switch {
 		case word(reply, 4) == "1":
-			s.publish(ctx, session, notify.Encode(r.Index, now, []notify.Entry{{
+			s.publish(ctx, session, wire.Encode(r.Index, now, []wire.Entry{{
 				Index: r.Index, ID: marker, Type: a2redis.ClearEventType, Payload: []byte("null"),
 			}}))
 		case r.Cleared && r.Index > 0:
 			// An earlier try may have appended the marker without publishing.
-			s.publish(ctx, session, notify.EncodeBare(r.Index))
+			s.publish(ctx, session, wire.EncodeBare(r.Index))
 		}
 		return r, nil
 	case "superseded":
@@ -117,9 +117,14 @@ func (s *Store) ReclaimPage(ctx context.Context, session string) (ReclaimResult,
 	if err := checkSession(session); err != nil {
 		return ReclaimResult{}, err
 	}
+	return s.reclaimPage(ctx, session, ReclaimPageSize)
+}
+
+// reclaimPage is ReclaimPage with its page size.
+func (s *Store) reclaimPage(ctx context.Context, session string, page int64) (ReclaimResult, error) {
 	var r ReclaimResult
 	for {
-		reply, err := s.run(ctx, "reclaim", session, []string{itoa(ReclaimPageSize)})
+		reply, err := s.run(ctx, "reclaim", session, []string{itoa(page)})
 		if err != nil {
 			return r, err
 		}
@@ -130,6 +135,14 @@ func (s *Store) ReclaimPage(ctx context.Context, session string) (ReclaimResult,
 		r.Deleted += deleted
 		switch word(reply, 1) {
 		case "1":
+			if len(reply) > 2 {
+				// Collapsed: its ready record went; the shard forgets it.
+				if err := s.forgetReady(ctx, session, word(reply, 2)); err != nil {
+					return r, err
+				}
+			}
+			// The past is gone: the log may be small enough to rebuild again.
+			s.bigLogs.forget(session)
 			r.Done = true
 			return r, nil
 		case "0":

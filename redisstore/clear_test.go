@@ -1,10 +1,14 @@
 package redisstore_test
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,9 +29,24 @@ func appendN(t *testing.T, e *env, session string, n int, mk func(i int) a2redis
 			batch[i] = a2redis.Event{Type: "t", ID: session + "-" + strconv.Itoa(i)}
 		}
 	}
-	res, err := e.store.Append(e.ctx, session, batch, redisstore.AppendOptions{})
-	require.NoError(t, err)
-	return res.Events
+	var stored []a2redis.StoredEvent
+	targets := 0
+	first := 0
+	// In batches within MaxBatch events and MaxBatchTargets targets.
+	for i := 0; i <= len(batch); i++ {
+		if i == len(batch) || i-first == redisstore.DefaultMaxBatch || targets+len(batch[i].Targets) > a2redis.MaxBatchTargets {
+			if i > first {
+				res, err := e.store.Append(e.ctx, session, batch[first:i], redisstore.AppendOptions{})
+				require.NoError(t, err)
+				stored = append(stored, res.Events...)
+			}
+			first, targets = i, 0
+		}
+		if i < len(batch) {
+			targets += len(batch[i].Targets)
+		}
+	}
+	return stored
 }
 
 // sessionKeys lists every key of a session (SCAN over every node).
@@ -164,11 +183,25 @@ func TestReclaimCollapsesAnEmptyLifetime(t *testing.T) {
 		})
 		_, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
 		require.NoError(t, err)
+		before, err := e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		require.Len(t, before, 1, "the marker")
 		_, err = e.store.Reclaim(e.ctx, "s")
 		require.NoError(t, err)
 		ks := sessionKeys(t, e, "s")
-		assert.ElementsMatch(t, []string{keysFor(e, "s").Log(), keysFor(e, "s").Clear(), keysFor(e, "s").Listed()}, ks,
-			"an empty lifetime collapses to its marker (and its ready-index record, whose version must never go back)")
+		assert.Equal(t, []string{keysFor(e, "s").Clear()}, ks,
+			"an empty lifetime collapses to its marker, in its clear key alone (its ready-index record goes, and its shard forgets it)")
+		// The marker reads as it did from the log, id and time included.
+		after, err := e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		assert.Equal(t, before, after, "Read across the collapsed marker")
+		tail, err := e.store.ReadTail(e.ctx, "s", 5)
+		require.NoError(t, err)
+		assert.Equal(t, before, tail, "ReadTail of the collapsed session")
+		shard := keys.ReadyFor(e.prefix, keys.ReadyShard("s", e.store.ReadyShards()))
+		known, err := e.client.Do(e.ctx, e.client.B().Hexists().Key(shard.Versions()).Field("s").Build()).AsBool()
+		require.NoError(t, err)
+		assert.False(t, known, "the shard forgot the collapsed session's version")
 		b, err := e.store.Bounds(e.ctx, "s")
 		require.NoError(t, err)
 		assert.Equal(t, redisstore.Bounds{Head: 11, ClearIndex: 11}, b)
@@ -177,6 +210,45 @@ func TestReclaimCollapsesAnEmptyLifetime(t *testing.T) {
 		assert.Equal(t, []int64{11}, indexes(got))
 		more := appendN(t, e, "s", 1, nil)
 		assert.Equal(t, int64(12), more[0].Index)
+		// A new lifetime after the collapse: the marker still reads first.
+		got, err = e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		assert.Equal(t, append(before, more...), got)
+		tail, err = e.store.ReadTail(e.ctx, "s", 5)
+		require.NoError(t, err)
+		assert.Equal(t, append(before, more...), tail)
+		tail, err = e.store.ReadTail(e.ctx, "s", 1)
+		require.NoError(t, err)
+		assert.Equal(t, more, tail)
+	})
+}
+
+// A marker whose id is not the store's own (Config.IDs) collapses with its
+// id as it is, and reads back the same; an ended session's retention by
+// Drop finds it by its clear key alone.
+func TestCollapseKeepsAnyMarkerID(t *testing.T) {
+	var n atomic.Int64
+	ids := func() string { return fmt.Sprintf("custom:id;%d", n.Add(1)) }
+	eachWith(t, func(c *redisstore.Config) { c.IDs = ids }, func(t *testing.T, e *env) {
+		appendN(t, e, "s", 3, nil)
+		_, err := e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+		require.NoError(t, err)
+		before, err := e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		_, err = e.store.Reclaim(e.ctx, "s")
+		require.NoError(t, err)
+		require.Equal(t, []string{keysFor(e, "s").Clear()}, sessionKeys(t, e, "s"))
+		after, err := e.store.Read(e.ctx, "s", 0, 0)
+		require.NoError(t, err)
+		require.Equal(t, before, after)
+		require.Contains(t, after[0].ID, "custom:id;")
+
+		e.clock.Advance(2 * time.Hour)
+		policy := redisstore.RetentionPolicy{IdleFor: time.Hour, Drop: true, MaxScan: 1 << 30, ScanPage: 20_000}
+		r, err := e.store.Retention(e.ctx, policy, "")
+		require.NoError(t, err)
+		require.Contains(t, r.Idle, "s", "the ended session, found by its clear key")
+		require.Empty(t, sessionKeys(t, e, "s"), "dropped")
 	})
 }
 
@@ -209,10 +281,14 @@ func TestReclaimSweepsInPages(t *testing.T) {
 		for i := range batch {
 			batch[i] = a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c", Lane: "l" + strconv.Itoa(i)}}}
 		}
-		_, err := e.store.Append(e.ctx, "s", batch, redisstore.AppendOptions{Consumers: []a2redis.Consumer{audit, {Name: "c"}}})
-		require.NoError(t, err)
-		c := claim(t, e, redisstore.ClaimRequest{Limit: 2000})
-		completeAll(t, e, "s", c.Heads) // head rows in chunks 0 to 2
+		for part := range slices.Chunk(batch, redisstore.DefaultMaxBatch) {
+			_, err := e.store.Append(e.ctx, "s", part, redisstore.AppendOptions{Consumers: []a2redis.Consumer{audit, {Name: "c"}}})
+			require.NoError(t, err)
+		}
+		for range 2 {
+			c := claim(t, e, redisstore.ClaimRequest{Limit: redisstore.DefaultMaxBatch})
+			completeAll(t, e, "s", c.Heads) // head rows in chunks 0 to 2
+		}
 		k := keysFor(e, "s")
 		n, err := e.client.Do(e.ctx, e.client.B().Zcard().Key(k.Type("t")).Build()).AsInt64()
 		require.NoError(t, err)
@@ -260,7 +336,7 @@ func TestReclaimSweepsInPages(t *testing.T) {
 			for range 3 {
 				deleted, state = step()
 				require.Equal(t, int64(0), deleted)
-				require.Equal(t, "s", state, "9000 record fields sweep in pieces of about 500")
+				require.Equal(t, "s", state, "9000 record fields sweep in pieces of about scripts.SweepBudget")
 			}
 		}
 		r, err := e.store.ReclaimPage(e.ctx, "s")
@@ -268,7 +344,7 @@ func TestReclaimSweepsInPages(t *testing.T) {
 		assert.Equal(t, redisstore.ReclaimResult{Done: true}, r, "ReclaimPage finishes the sweep")
 
 		ks := sessionKeys(t, e, "s")
-		assert.ElementsMatch(t, []string{k.Log(), k.Clear(), k.Cursors(), k.Listed()}, ks, "the lifetime collapsed to its marker (and its ready-index record)")
+		assert.ElementsMatch(t, []string{k.Clear(), k.Cursors()}, ks, "the lifetime collapsed to its marker (in its clear key)")
 		cursors, err := e.store.Cursors(e.ctx, "s")
 		require.NoError(t, err)
 		require.Len(t, cursors, 1)

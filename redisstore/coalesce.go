@@ -9,7 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
-	"github.com/a2redis/a2redis/notify"
+	"github.com/a2redis/a2redis/internal/wire"
 )
 
 // Plain appends (no causes, no lane targets, no served log consumer) to one
@@ -27,7 +27,10 @@ import (
 // handed out).
 const (
 	coalesceMaxBatches = 256
-	coalesceMaxEvents  = 4096
+	coalesceMaxEvents  = a2redis.MaxBatch
+	// coalesceMaxTargets bounds a round's heads as one batch's are (a round
+	// is one script call, held to what one accepted batch may cost).
+	coalesceMaxTargets = a2redis.MaxBatchTargets
 	coalesceBatchLimit = 16
 	coalesceInFlight   = 2
 )
@@ -42,6 +45,15 @@ type plainCall struct {
 	done   chan struct{}
 	res    AppendResult
 	err    error
+}
+
+// targets is how many heads the call's events write.
+func (c *plainCall) targets() int {
+	n := 0
+	for _, h := range c.heads {
+		n += len(h)
+	}
+	return n
 }
 
 // plainLine is the queue of one session and served set, and its rounds in
@@ -59,7 +71,7 @@ type coalescer struct {
 // appendPlain runs a plain append through its session's line.
 func (s *Store) appendPlain(ctx context.Context, session, served string, call *plainCall) (AppendResult, error) {
 	if s.cfg.NoCoalescing || len(call.batch) > coalesceBatchLimit {
-		s.runPlain(session, served, []*plainCall{call}).send(s)
+		s.runRound(session, served, []*plainCall{call}).send(s)
 		return call.res, call.err
 	}
 	key := session + "\x00" + served
@@ -77,7 +89,7 @@ func (s *Store) appendPlain(ctx context.Context, session, served string, call *p
 		// Room on the line: this call is a round of its own, sent at once.
 		line.inFlight++
 		c.mu.Unlock()
-		wake := s.runPlain(session, served, []*plainCall{call})
+		wake := s.runRound(session, served, []*plainCall{call})
 		s.roundDone(session, served, key, line)
 		wake.send(s)
 		return call.res, call.err
@@ -117,7 +129,7 @@ func (s *Store) roundDone(session, served, key string, line *plainLine) {
 	c.mu.Unlock()
 	for _, group := range rounds {
 		go func() {
-			wake := s.runPlain(session, served, group)
+			wake := s.runRound(session, served, group)
 			s.roundDone(session, served, key, line)
 			// The callers return once their wake-up is out, as an
 			// uncoalesced append does; the next round need not wait.
@@ -134,16 +146,19 @@ func (s *Store) roundDone(session, served, key string, line *plainLine) {
 // coalescer's lock is held.
 func takeRound(line *plainLine) []*plainCall {
 	var group []*plainCall
-	events := 0
+	events, targets := 0, 0
 	rest := line.queue[:0]
 	for _, call := range line.queue {
+		n := call.targets()
 		switch {
 		case call.ctx.Err() != nil:
 			call.err = call.ctx.Err()
 			close(call.done)
-		case len(group) < coalesceMaxBatches && (len(group) == 0 || events+len(call.batch) <= coalesceMaxEvents):
+		case len(group) < coalesceMaxBatches && (len(group) == 0 ||
+			events+len(call.batch) <= coalesceMaxEvents && targets+n <= coalesceMaxTargets):
 			group = append(group, call)
 			events += len(call.batch)
+			targets += n
 		default:
 			rest = append(rest, call)
 		}
@@ -156,15 +171,49 @@ func takeRound(line *plainLine) []*plainCall {
 // wakeUp is the wake-up a committed round owes its session: a message, or
 // none.
 type wakeUp struct {
-	ctx     context.Context
-	session string
-	message []byte
+	ctx context.Context
+	// deadline is the round's deadline (zero for none), which ctx no
+	// longer carries: the publish does not hold a caller past it.
+	deadline time.Time
+	session  string
+	message  []byte
 }
 
+// send publishes the wake-up. It runs on the coalescer's goroutines too,
+// so a panic is recovered: the appends are committed, and a lost wake-up
+// only delays a reader until its next read.
 func (w wakeUp) send(s *Store) {
-	if w.message != nil {
-		s.publish(w.ctx, w.session, w.message)
+	if w.message == nil {
+		return
 	}
+	defer func() { _ = recover() }()
+	s.publishFor(w.ctx, w.deadline, w.session, w.message)
+}
+
+// runRound is runPlain that never lets a panic escape (it would end the
+// process from a coalescer goroutine, or leave the line's round counted in
+// flight for ever): every call of the group gets an error instead, a
+// *a2redis.BatchError with its ids, since the round may have committed.
+func (s *Store) runRound(session, served string, group []*plainCall) (wake wakeUp) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := panicError("append round", p)
+			for _, call := range group {
+				call.res, call.err = AppendResult{}, writeError(session, call.batch, err)
+			}
+			wake = wakeUp{}
+		}
+	}()
+	return s.runPlain(session, served, group)
+}
+
+// panicError is the error a recovered panic in what becomes: its outcome
+// is unknown, like a lost reply's.
+func panicError(what string, p any) error {
+	if err, ok := p.(error); ok {
+		return fmt.Errorf("a2redis: the store's %s panicked, its outcome is unknown: %w", what, err)
+	}
+	return fmt.Errorf("a2redis: the store's %s panicked, its outcome is unknown: %v", what, p)
 }
 
 // runPlain sends one append_plain call for the group's batches, hands each
@@ -247,14 +296,15 @@ func (s *Store) runPlain(session, served string, group []*plainCall) wakeUp {
 		return wakeUp{}
 	}
 	// The publish outlives the round's context (see publishOn).
-	wake := wakeUp{ctx: context.WithoutCancel(ctx), session: session}
+	deadline, _ := ctx.Deadline()
+	wake := wakeUp{ctx: context.WithoutCancel(ctx), deadline: deadline, session: session}
 	switch {
 	case len(written) > 0:
-		wake.message = notify.Encode(lastIndex(written), now, wakeEntries(written))
+		wake.message = wire.Encode(lastIndex(written), now, wakeEntries(written))
 	case replayed > 0:
 		// A replayed batch's first try may have committed without its
 		// wake-up.
-		wake.message = notify.EncodeBare(replayed)
+		wake.message = wire.EncodeBare(replayed)
 	}
 	return wake
 }
@@ -328,13 +378,14 @@ func (s *Store) runOne(ctx context.Context, session, served string, call *plainC
 		call.err = writeError(session, call.batch, err)
 		return wakeUp{}
 	}
-	wake := wakeUp{ctx: context.WithoutCancel(ctx), session: session}
+	deadline, _ := ctx.Deadline()
+	wake := wakeUp{ctx: context.WithoutCancel(ctx), deadline: deadline, session: session}
 	if len(reply) == 1 && reply[0].IsInt64() {
 		v, _ := reply[0].AsInt64()
 		index := v >> 2
 		call.res = AppendResult{Events: appendedEvents(session, call.batch, index, now, nil), HasPending: v&1 == 1}
 		if v&2 != 0 {
-			wake.message = notify.Encode(index, now, wakeEntries(call.res.Events))
+			wake.message = wire.Encode(index, now, wakeEntries(call.res.Events))
 		}
 		return wake
 	}
@@ -348,7 +399,7 @@ func (s *Store) runOne(ctx context.Context, session, served string, call *plainC
 			call.res = AppendResult{Events: stored, Replayed: true, HasPending: bits&1 == 1}
 			if bits&2 != 0 {
 				// The first try may have committed without its wake-up.
-				wake.message = notify.EncodeBare(lastIndex(stored))
+				wake.message = wire.EncodeBare(lastIndex(stored))
 			}
 			return wake
 		}

@@ -53,7 +53,7 @@ func TestDial(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, redisstore.Completed, done.Outcome)
 
-			feed := notify.NewFeed(client, store, notify.FeedOptions{Prefix: prefix})
+			feed := notify.NewFeed(store, notify.FeedOptions{})
 			stop := errors.New("stop")
 			err = feed.Follow(ctx, "s", 0, func(u notify.Update) error {
 				for _, e := range u.Events {

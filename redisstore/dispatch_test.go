@@ -12,7 +12,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
-	"github.com/a2redis/a2redis/keys"
+	"github.com/a2redis/a2redis/internal/rows"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -204,7 +204,7 @@ func TestLapsedClaimIsFenced(t *testing.T) {
 		assert.Equal(t, cause, sup.Cause)
 		_, err = e.store.Clear(e.ctx, "s", redisstore.ClearOptions{Cause: &cause})
 		require.ErrorIs(t, err, a2redis.ErrSupersededAttempt)
-		rn, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: []redisstore.Claim{{HeadRef: first.Ref(), Attempt: 1}}})
+		rn, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: []redisstore.Attempt{{Head: first.Ref(), Attempt: 1}}})
 		require.NoError(t, err)
 		assert.Equal(t, []a2redis.HeadRef{first.Ref()}, rn.Superseded)
 		b, err := e.store.Bounds(e.ctx, "s")
@@ -327,9 +327,9 @@ func TestRenewClaims(t *testing.T) {
 			return a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c", Lane: "x"}}}
 		})
 		h := claim(t, e, redisstore.ClaimRequest{TTL: time.Second}).Heads[0]
-		req := redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: []redisstore.Claim{
-			{HeadRef: h.Ref(), Attempt: h.Attempts},
-			{HeadRef: a2redis.HeadRef{Consumer: "c", Lane: "x", Index: 2}, Attempt: 1}, // not reached yet
+		req := redisstore.RenewRequest{Session: "s", Holder: "w1", TTL: time.Minute, Claims: []redisstore.Attempt{
+			redisstore.AttemptOf(h),
+			{Head: a2redis.HeadRef{Consumer: "c", Lane: "x", Index: 2}, Attempt: 1}, // not reached yet
 		}}
 		r, err := e.store.RenewClaims(e.ctx, req)
 		require.NoError(t, err)
@@ -370,7 +370,7 @@ func TestDispatchRejectsBadInput(t *testing.T) {
 				return err
 			}(),
 			func() error {
-				_, err := e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: ref, Attempt: 1, MaxFailures: 0})
+				_, err := e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: ref, Attempt: 1, MaxFailures: -1})
 				return err
 			}(),
 			func() error {
@@ -493,9 +493,62 @@ func TestHeadChunksUseHashtableEncoding(t *testing.T) {
 			enc, err := e.client.Do(e.ctx, e.client.B().ObjectEncoding().Key(key).Build()).ToString()
 			require.NoError(t, err)
 			assert.Equal(t, "hashtable", enc)
-			pin, err := e.client.Do(e.ctx, e.client.B().Hget().Key(key).Field(keys.ChunkPin).Build()).ToString()
+			pin, err := e.client.Do(e.ctx, e.client.B().Hget().Key(key).Field(rows.ChunkPin).Build()).ToString()
 			require.NoError(t, err)
-			assert.Equal(t, keys.ChunkPinValue, pin)
+			assert.Equal(t, rows.ChunkPinValue, pin)
 		})
 	}
+}
+
+// TestTakeoverRunsAlone: a claim that takes over lapsed heads takes one at
+// a time; heads lost together count no failure (the crash may have been any
+// one's), a head lost alone counts one, and each takeover says why in the
+// head's last error.
+func TestTakeoverRunsAlone(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		consumers := []a2redis.Consumer{{Name: "aud", Log: &a2redis.LogSpec{Lane: "log", Types: []string{"flagged"}}}}
+		targets := []a2redis.Target{{Consumer: "mod", Lane: "conv"}, {Consumer: "idx"}}
+		_, err := e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "flagged", ID: "m1", Targets: targets}}, redisstore.AppendOptions{Consumers: consumers})
+		require.NoError(t, err)
+		batch := claim(t, e, redisstore.ClaimRequest{Holder: "w1", TTL: time.Second})
+		require.Len(t, batch.Heads, 3, "a fresh claim takes the session's heads together")
+		until := e.clock.Now().Add(time.Second)
+
+		e.clock.Advance(2 * time.Second)
+		ts := func(at time.Time) string { return at.UTC().Format("2006-01-02T15:04:05.000Z") }
+		why := " (no failure counted: it lapsed with 2 other heads of the session, so the crash may have been another's)"
+		c := claim(t, e, redisstore.ClaimRequest{Holder: "w2", TTL: time.Minute, MaxFailures: 1})
+		require.Equal(t, redisstore.Claimed, c.Outcome)
+		require.Len(t, c.Heads, 1, "a takeover runs alone")
+		require.Empty(t, c.DeadLettered, "a head lost with others is not dead-lettered for their crash")
+		lone := c.Heads[0]
+		assert.Equal(t, int64(2), lone.Attempts)
+		assert.Equal(t, int64(0), lone.Failures)
+		assert.Equal(t, "lease expired: held by w1 until "+ts(until)+", taken over by w2 at "+ts(e.clock.Now())+why, lone.LastError)
+
+		// The other two were released: free, uncounted, saying why.
+		rest := claim(t, e, redisstore.ClaimRequest{Holder: "w3", TTL: time.Minute, MaxFailures: 1})
+		require.Len(t, rest.Heads, 2)
+		for _, h := range rest.Heads {
+			assert.Equal(t, int64(2), h.Attempts)
+			assert.Equal(t, int64(0), h.Failures)
+			assert.Equal(t, "lease expired: held by w1 until "+ts(until)+", released by w2 at "+ts(e.clock.Now())+why, h.LastError)
+			complete(t, e, h)
+		}
+
+		// w2 loses the head it took over alone: that counts.
+		e.clock.Advance(2 * time.Minute)
+		c = claim(t, e, redisstore.ClaimRequest{Holder: "w4", TTL: time.Minute, MaxFailures: 1})
+		require.Len(t, c.DeadLettered, 1, "a head lost alone counts the failure")
+		d := c.DeadLettered[0]
+		assert.Equal(t, lone.Ref(), d.Ref())
+		assert.Equal(t, int64(1), d.Failures)
+		assert.Equal(t, lone.Attempts, d.LastFailedAttempt)
+		assert.Equal(t, "lease expired: held by w2 until "+ts(lone.ClaimExpiresAt)+", taken over by w4 at "+ts(e.clock.Now()), d.LastError)
+		dead, err := e.store.DeadLetters(e.ctx, "s")
+		require.NoError(t, err)
+		require.Len(t, dead, 1)
+		assert.Equal(t, d.LastError, dead[0].LastError)
+		assert.Equal(t, e.clock.Now().UnixMilli(), dead[0].LastFailedAt.UnixMilli())
+	})
 }

@@ -113,7 +113,7 @@ func ExampleStore_RenewClaims() {
 	appendOrder(ctx, store, "order-1", "placed", a2redis.Target{Consumer: "mailer"})
 
 	head := claimOne(ctx, store, clock, "order-1", "worker-1")[0] // a 30s lease
-	held := []redisstore.Claim{{HeadRef: head.Ref(), Attempt: head.Attempts}}
+	held := []redisstore.Attempt{redisstore.AttemptOf(head)}
 	renew := func() {
 		r, err := store.RenewClaims(ctx, redisstore.RenewRequest{Session: "order-1", Holder: "worker-1", Claims: held, TTL: 30 * time.Second})
 		if err != nil {
@@ -204,10 +204,10 @@ func ExampleStore_CompleteAttempts() {
 	}
 
 	heads := claimOne(ctx, store, clock, "order-1", "worker-1")
-	done := make([]redisstore.Completion, len(heads))
+	done := make([]redisstore.Attempt, len(heads))
 	for i, head := range heads {
 		// ... handle head.Payload ...
-		done[i] = redisstore.Completion{Head: head.Ref(), Attempt: head.Attempts}
+		done[i] = redisstore.AttemptOf(head)
 	}
 	results, err := store.CompleteAttempts(ctx, redisstore.CompleteAttemptsRequest{Session: "order-1", Attempts: done})
 	if err != nil {

@@ -12,14 +12,16 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
 // The limits: every count up to Config.MaxBatch and the claim limit works
 // on every target, however the heads fall into chunks. A heads chunk holds
-// 1000 indexes; with ten consumers per event, 1000 events put MaxBatch
-// heads in one chunk, so one script builds ten thousand or more field names
-// for one hash (Redis' Lua unpacks at most ~8000 values, gopher-lua ~5100).
+// 1000 indexes; with ten consumers per event, MaxBatch/10 events put
+// MaxBatch heads in one chunk, so one script builds many field names for
+// one hash, each column of a row being a field (Redis' Lua unpacks at most
+// ~8000 values, gopher-lua ~5100: every variadic call is sliced).
 
 const (
 	limitConsumers = 10
@@ -27,10 +29,10 @@ const (
 )
 
 // completions names every head for CompleteAttempts.
-func completions(heads []a2redis.HeadEvent) []redisstore.Completion {
-	out := make([]redisstore.Completion, len(heads))
+func completions(heads []a2redis.HeadEvent) []redisstore.Attempt {
+	out := make([]redisstore.Attempt, len(heads))
 	for i, h := range heads {
-		out[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+		out[i] = redisstore.AttemptOf(h)
 	}
 	return out
 }
@@ -47,10 +49,11 @@ func completeAll(t *testing.T, e *env, session string, heads []a2redis.HeadEvent
 }
 
 // Event heads: MaxBatch of them in one chunk, claimed in one call (the
-// fast claim), half completed in one call (the fast completion), the rest
-// lapsed, taken over in one call (the general claim) and completed in one
-// call (the general completion). The default limit takes exactly
-// DefaultClaimLimit heads.
+// general claim, after a release), half completed in one call (the fast
+// completion), the rest lapsed: taken over one at a time, each takeover
+// releasing up to scripts.TakeoverRelease of the others, then claimed in
+// one call (the general claim) and completed in one call (the general
+// completion). The default limit takes exactly DefaultClaimLimit heads.
 func TestLimitsEventHeadsInOneChunk(t *testing.T) {
 	eachAtLimits(t, func(t *testing.T, e *env) {
 		targets := make([]a2redis.Target, limitConsumers)
@@ -66,7 +69,8 @@ func TestLimitsEventHeadsInOneChunk(t *testing.T) {
 
 		first := claim(t, e, redisstore.ClaimRequest{})
 		require.Len(t, first.Heads, redisstore.DefaultClaimLimit, "the default limit")
-		e.clock.Advance(2 * time.Minute)
+		_, err = e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: completions(first.Heads)})
+		require.NoError(t, err)
 
 		all := claim(t, e, redisstore.ClaimRequest{Limit: redisstore.DefaultMaxBatch})
 		require.Len(t, all.Heads, redisstore.DefaultMaxBatch)
@@ -74,7 +78,7 @@ func TestLimitsEventHeadsInOneChunk(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, renewed.Renewed, redisstore.DefaultMaxBatch)
 
-		// Every other head, so each completion's chunk holds 5000 of them.
+		// Every other head: half of them completed in one call.
 		var done, lapsed []a2redis.HeadEvent
 		for i, h := range all.Heads {
 			if i%2 == 0 {
@@ -85,13 +89,13 @@ func TestLimitsEventHeadsInOneChunk(t *testing.T) {
 		}
 		completeAll(t, e, "s", done)
 		e.clock.Advance(2 * time.Minute)
-		again := claim(t, e, redisstore.ClaimRequest{Limit: redisstore.DefaultMaxBatch, Holder: "w2"})
-		require.Len(t, again.Heads, len(lapsed))
-		for _, h := range again.Heads {
-			require.GreaterOrEqual(t, h.Failures, int64(1), "taken over: the lapse counted")
-			require.Equal(t, h.Failures+1, h.Attempts)
+		again, rest := takeOverPile(t, e, len(lapsed))
+		for _, h := range append(again, rest...) {
+			require.Equal(t, int64(0), h.Failures, "lost together: no lapse counted")
+			require.GreaterOrEqual(t, h.Attempts, int64(2), "a new attempt")
 		}
-		completeAll(t, e, "s", again.Heads)
+		completeAll(t, e, "s", again)
+		completeAll(t, e, "s", rest)
 
 		settled := claim(t, e, redisstore.ClaimRequest{})
 		assert.Equal(t, redisstore.Settled, settled.Outcome)
@@ -101,10 +105,38 @@ func TestLimitsEventHeadsInOneChunk(t *testing.T) {
 	})
 }
 
-func claimsOf(heads []a2redis.HeadEvent) []redisstore.Claim {
-	out := make([]redisstore.Claim, len(heads))
+// takeOverPile claims, for w2, a pile of `lapsed` claims one holder lost
+// together: each takeover takes one head alone and releases up to
+// scripts.TakeoverRelease of the others, and the claim after the last one
+// takes every released head. It returns the heads taken over and the rest.
+func takeOverPile(t *testing.T, e *env, lapsed int) (again, rest []a2redis.HeadEvent) {
+	t.Helper()
+	for {
+		r := claim(t, e, redisstore.ClaimRequest{Limit: redisstore.DefaultMaxBatch, Holder: "w2"})
+		require.NotEmpty(t, r.Heads)
+		if len(r.Heads) > 1 {
+			rest = r.Heads
+			break
+		}
+		require.Contains(t, r.Heads[0].LastError, "lease expired: held by", "a takeover runs alone")
+		again = append(again, r.Heads[0])
+		require.Less(t, len(again), lapsed)
+	}
+	// Each takeover but the last releases TakeoverRelease heads and leaves
+	// at least two lapsed; the last releases the rest.
+	want := 1
+	for left := lapsed - 1; left > scripts.TakeoverRelease; want++ {
+		left -= min(scripts.TakeoverRelease, left-2) + 1
+	}
+	require.Len(t, again, want, "takeovers of a pile of %d", lapsed)
+	require.Len(t, rest, lapsed-len(again))
+	return again, rest
+}
+
+func claimsOf(heads []a2redis.HeadEvent) []redisstore.Attempt {
+	out := make([]redisstore.Attempt, len(heads))
 	for i, h := range heads {
-		out[i] = redisstore.Claim{HeadRef: h.Ref(), Attempt: h.Attempts}
+		out[i] = redisstore.AttemptOf(h)
 	}
 	return out
 }
@@ -112,8 +144,9 @@ func claimsOf(heads []a2redis.HeadEvent) []redisstore.Claim {
 // Lane heads: MaxBatch lanes, each with two events queued, the first
 // heads in one chunk and the next ones in the next chunk. Claimed and
 // completed in one call each (the fast paths: every lane moves to its next
-// head), then the next heads lapse and are taken over (the general claim
-// reads MaxBatch lane records) and completed (the general completion).
+// head), then the next heads lapse: one is taken over alone and the others
+// released by takeovers (the general claim reads MaxBatch lane records),
+// claimed in the next call, and completed (the general completion).
 func TestLimitsLaneHeadsInOneChunk(t *testing.T) {
 	eachAtLimits(t, func(t *testing.T, e *env) {
 		events := make([]a2redis.Event, 2*limitEvents)
@@ -124,8 +157,11 @@ func TestLimitsLaneHeadsInOneChunk(t *testing.T) {
 			}
 			events[i] = a2redis.Event{Type: "t", Targets: targets}
 		}
-		_, err := e.store.Append(e.ctx, "s", events, redisstore.AppendOptions{})
-		require.NoError(t, err)
+		// Two batches of MaxBatch targets each.
+		for _, batch := range [][]a2redis.Event{events[:limitEvents], events[limitEvents:]} {
+			_, err := e.store.Append(e.ctx, "s", batch, redisstore.AppendOptions{})
+			require.NoError(t, err)
+		}
 
 		first := claim(t, e, redisstore.ClaimRequest{Limit: redisstore.DefaultMaxBatch})
 		require.Len(t, first.Heads, redisstore.DefaultMaxBatch)
@@ -136,10 +172,11 @@ func TestLimitsLaneHeadsInOneChunk(t *testing.T) {
 		require.Len(t, second.Heads, redisstore.DefaultMaxBatch)
 		assert.Equal(t, int64(limitEvents+1), second.Heads[0].Index)
 		e.clock.Advance(2 * time.Minute)
-		again := claim(t, e, redisstore.ClaimRequest{Limit: redisstore.DefaultMaxBatch, Holder: "w2"})
-		require.Len(t, again.Heads, redisstore.DefaultMaxBatch)
-		assert.Equal(t, int64(2), again.Heads[0].Attempts)
-		completeAll(t, e, "s", again.Heads)
+		again, rest := takeOverPile(t, e, redisstore.DefaultMaxBatch)
+		assert.Equal(t, int64(2), again[0].Attempts)
+		assert.Equal(t, int64(2), rest[0].Attempts)
+		completeAll(t, e, "s", again)
+		completeAll(t, e, "s", rest)
 
 		cursors, err := e.store.Cursors(e.ctx, "s")
 		require.NoError(t, err)

@@ -154,7 +154,7 @@ func (s *Store) CursorsPage(ctx context.Context, session string, req PageRequest
 			return CursorPage{}, fmt.Errorf("%w: cursor tuple %v", a2redis.ErrUnexpectedReply, m)
 		}
 		kind, lane := cursorOf(text(parts[1]))
-		c := a2redis.Cursor{Consumer: text(parts[0]), Lane: lane, Kind: kind, Dispatch: dispatch(parts[4])}
+		c := a2redis.Cursor{Consumer: text(parts[0]), Lane: lane, Kind: kind, HeadState: headState(parts[4])}
 		if c.Position, err = asInt(parts[2]); err != nil {
 			return CursorPage{}, err
 		}
@@ -301,7 +301,7 @@ func deadLetterPage(session string, reply []rueidis.RedisMessage) (DeadLetterPag
 		kind, lane := cursorOf(text(parts[1]))
 		page.DeadLetters = append(page.DeadLetters, a2redis.HeadEvent{
 			StoredEvent: a2redis.StoredEvent{Session: session, Index: index},
-			Consumer:    text(parts[0]), Lane: lane, Kind: kind, Dispatch: dispatch(parts[3]),
+			Consumer:    text(parts[0]), Lane: lane, Kind: kind, HeadState: headState(parts[3]),
 		})
 	}
 	sortHeads(page.DeadLetters)

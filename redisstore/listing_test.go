@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,10 +41,18 @@ func listingSession(t *testing.T, e *env, events int) (cursors, dead map[string]
 			{Consumer: "lc", Lane: fmt.Sprintf("l%04d", i+1)},
 		}}
 	}
-	_, err := e.store.Append(e.ctx, "s", batch, redisstore.AppendOptions{Consumers: []a2redis.Consumer{audit, {Name: "lc"}}})
-	require.NoError(t, err)
-	c := claim(t, e, redisstore.ClaimRequest{Limit: 1000})
-	require.Len(t, c.Heads, 1000)
+	// Six targets an event: batches within MaxBatchTargets.
+	for part := range slices.Chunk(batch, a2redis.MaxBatchTargets/6) {
+		_, err := e.store.Append(e.ctx, "s", part, redisstore.AppendOptions{Consumers: []a2redis.Consumer{audit, {Name: "lc"}}})
+		require.NoError(t, err)
+	}
+	// The lowest 1000 heads, MaxBatch to a claim.
+	var c redisstore.ClaimResult
+	for len(c.Heads) < 1000 {
+		more := claim(t, e, redisstore.ClaimRequest{Limit: min(redisstore.DefaultMaxBatch, 1000-len(c.Heads))})
+		require.NotEmpty(t, more.Heads)
+		c.Heads = append(c.Heads, more.Heads...)
+	}
 
 	// Every cursor as appended (by consumer, kind, lane and, for an event
 	// cursor, head), then as claimed, completed or dead-lettered.
@@ -196,7 +205,7 @@ func TestListingPagesWhileHeadsComplete(t *testing.T) {
 				listed[cursorKey(cur)] = true
 				// Complete what was listed, the page's last head included.
 				if cur.Holder != "" {
-					_, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Completion{
+					_, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Attempt{
 						{Head: a2redis.HeadRef{Consumer: cur.Consumer, Index: cur.Head}, Attempt: cur.Attempts}}})
 					require.NoError(t, err)
 				}
@@ -235,8 +244,20 @@ func TestPresenceReadsInSteps(t *testing.T) {
 		for i := range n {
 			values[fmt.Sprintf("f%04d", i)] = json.RawMessage(`1`)
 		}
-		_, err := e.store.PresenceSet(e.ctx, "s", redisstore.PresenceWrite{Participant: "p", Values: values, At: e.clock.Now(), TTL: time.Minute})
-		require.NoError(t, err)
+		// Several participants: one write holds at most MaxBatch fields.
+		parts := make([]map[string]json.RawMessage, (n+redisstore.DefaultMaxBatch-1)/redisstore.DefaultMaxBatch)
+		for i := range n {
+			f := fmt.Sprintf("f%04d", i)
+			k := i * len(parts) / n
+			if parts[k] == nil {
+				parts[k] = map[string]json.RawMessage{}
+			}
+			parts[k][f] = values[f]
+		}
+		for k, half := range parts {
+			_, err := e.store.PresenceSet(e.ctx, "s", redisstore.PresenceWrite{Participant: fmt.Sprintf("p%d", k), Values: half, At: e.clock.Now(), TTL: time.Minute})
+			require.NoError(t, err)
+		}
 		got, err := e.store.PresenceRead(e.ctx, "s")
 		require.NoError(t, err)
 		require.Len(t, got, n)

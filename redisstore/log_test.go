@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -176,9 +177,11 @@ func TestBigBatchAndPagedRead(t *testing.T) {
 		for i := range batch {
 			batch[i] = a2redis.Event{Type: "t", Payload: json.RawMessage(strconv.Itoa(i))}
 		}
-		res, err := e.store.Append(e.ctx, "big", batch, redisstore.AppendOptions{})
-		require.NoError(t, err)
-		require.Len(t, res.Events, 5000)
+		for part := range slices.Chunk(batch, redisstore.DefaultMaxBatch) {
+			res, err := e.store.Append(e.ctx, "big", part, redisstore.AppendOptions{})
+			require.NoError(t, err)
+			require.Len(t, res.Events, len(part))
+		}
 		got, err := e.store.Read(e.ctx, "big", 0, 0)
 		require.NoError(t, err)
 		require.Len(t, got, 5000)

@@ -38,7 +38,7 @@ func newEnv(t *testing.T, tg redistest.Target, mutate ...func(*redisstore.Config
 	t.Cleanup(cancel)
 	s, err := redisstore.New(ctx, client, cfg)
 	require.NoError(t, err)
-	return &env{t: t, ctx: ctx, store: s, clock: ck, client: client, prefix: prefix}
+	return &env{t: t, ctx: ctx, store: s, clock: ck, client: client, prefix: cfg.Prefix}
 }
 
 // each runs fn against every target, in parallel subtests.

@@ -78,7 +78,7 @@ func TestEveryWriteRefusedWhileItsSlotMigrates(t *testing.T) {
 	_, err = store.Append(ctx, other, []a2redis.Event{{Type: "t", Targets: to("w")}}, redisstore.AppendOptions{})
 	require.NoError(t, err)
 
-	xc := redisstore.Completion{Head: x.Ref(), Attempt: x.Attempts}
+	xc := redisstore.AttemptOf(x)
 	writes := map[string]func() error{
 		"Append": func() error {
 			_, err := store.Append(ctx, s, []a2redis.Event{{Type: "t", Targets: to("x")}}, redisstore.AppendOptions{})
@@ -93,11 +93,11 @@ func TestEveryWriteRefusedWhileItsSlotMigrates(t *testing.T) {
 			return err
 		},
 		"CompleteAttempts": func() error {
-			_, err := store.CompleteAttempts(ctx, redisstore.CompleteAttemptsRequest{Session: s, Attempts: []redisstore.Completion{xc}})
+			_, err := store.CompleteAttempts(ctx, redisstore.CompleteAttemptsRequest{Session: s, Attempts: []redisstore.Attempt{xc}})
 			return err
 		},
 		"CompleteAndClaim": func() error {
-			_, err := store.CompleteAndClaim(ctx, redisstore.CompleteAttemptsRequest{Session: s, Attempts: []redisstore.Completion{xc}},
+			_, err := store.CompleteAndClaim(ctx, redisstore.CompleteAttemptsRequest{Session: s, Attempts: []redisstore.Attempt{xc}},
 				redisstore.NextClaim{Holder: "h", TTL: time.Minute})
 			return err
 		},
@@ -107,11 +107,11 @@ func TestEveryWriteRefusedWhileItsSlotMigrates(t *testing.T) {
 		},
 		"RenewClaims": func() error {
 			_, err := store.RenewClaims(ctx, redisstore.RenewRequest{Session: s, Holder: "h", TTL: time.Hour,
-				Claims: []redisstore.Claim{{HeadRef: x.Ref(), Attempt: x.Attempts}}})
+				Claims: []redisstore.Attempt{redisstore.AttemptOf(x)}})
 			return err
 		},
 		"Release": func() error {
-			_, err := store.Release(ctx, redisstore.ReleaseRequest{Session: s, Attempts: []redisstore.Completion{xc}})
+			_, err := store.Release(ctx, redisstore.ReleaseRequest{Session: s, Attempts: []redisstore.Attempt{xc}})
 			return err
 		},
 		"Redrive": func() error {

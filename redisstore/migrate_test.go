@@ -297,7 +297,11 @@ func newMigRig(t *testing.T, cl *redistest.ClusterInstance, sessions []string, t
 // config.
 func newMigRigPrefix(t *testing.T, cl *redistest.ClusterInstance, prefix string, sessions []string, tweaks ...func(*redisstore.Config)) *migRig {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// The rig's whole budget: its workers and the drain run on this
+	// context, so it must outlast a slow migration with room for the drain
+	// (a loaded CI machine once took 3 minutes for a reshard, and a
+	// 3-minute budget then left the drain nothing: 2,001 heads "wedged").
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	client := redistest.NewCountingClient(cl.Client(t))
 	cfg := redisstore.Config{
@@ -545,7 +549,7 @@ func (r *migRig) claimed(session string, heads []a2redis.HeadEvent) {
 
 // completed records the results of completions whose first try started at
 // sequence number start.
-func (r *migRig) completed(session string, done []redisstore.Completion, results []redisstore.CompleteResult, start int64) {
+func (r *migRig) completed(session string, done []redisstore.Attempt, results []redisstore.CompleteResult, start int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, res := range results {
@@ -565,10 +569,10 @@ func (r *migRig) completed(session string, done []redisstore.Completion, results
 	}
 }
 
-func migCompletions(heads []a2redis.HeadEvent) []redisstore.Completion {
-	out := make([]redisstore.Completion, len(heads))
+func migCompletions(heads []a2redis.HeadEvent) []redisstore.Attempt {
+	out := make([]redisstore.Attempt, len(heads))
 	for i, h := range heads {
-		out[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+		out[i] = redisstore.AttemptOf(h)
 	}
 	return out
 }

@@ -116,7 +116,7 @@ func TestTraceContextIsStoredWithEvents(t *testing.T) {
 
 		// A feed: the catch-up read, then a traced append after it, which
 		// its wake-up announces bare.
-		feed := notify.NewFeed(e.client, store, notify.FeedOptions{Prefix: e.prefix})
+		feed := notify.NewFeed(store, notify.FeedOptions{})
 		stop := errors.New("stop")
 		var fed []a2redis.StoredEvent
 		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
@@ -159,8 +159,8 @@ func TestObserverSeesOperations(t *testing.T) {
 		claim, err := store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute})
 		require.NoError(t, err)
 		require.Len(t, claim.Heads, 3)
-		att := func(h a2redis.HeadEvent) redisstore.Completion {
-			return redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+		att := func(h a2redis.HeadEvent) redisstore.Attempt {
+			return redisstore.AttemptOf(h)
 		}
 		var laneHead a2redis.HeadEvent
 		var events []a2redis.HeadEvent
@@ -175,16 +175,16 @@ func TestObserverSeesOperations(t *testing.T) {
 		require.NoError(t, err)
 		_, err = store.FailAttempt(e.ctx, redisstore.FailRequest{Session: "s", Head: events[1].Ref(), Attempt: events[1].Attempts, Error: "boom", MaxFailures: 1})
 		require.NoError(t, err)
-		cc, err := store.CompleteAndClaim(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Completion{att(laneHead)}},
+		cc, err := store.CompleteAndClaim(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Attempt{att(laneHead)}},
 			redisstore.NextClaim{Holder: "w", TTL: time.Minute})
 		require.NoError(t, err)
 		require.Len(t, cc.Next.Heads, 1)
-		_, err = store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: []redisstore.Completion{att(cc.Next.Heads[0])}})
+		_, err = store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: []redisstore.Attempt{att(cc.Next.Heads[0])}})
 		require.NoError(t, err)
 		next, err := store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Minute, Sessions: []string{"s"}})
 		require.NoError(t, err)
 		require.Len(t, next.Heads, 1)
-		done, err := store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Completion{att(next.Heads[0])}})
+		done, err := store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Attempt{att(next.Heads[0])}})
 		require.NoError(t, err)
 		require.Len(t, done, 1)
 

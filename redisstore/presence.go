@@ -120,7 +120,12 @@ func (s *Store) PresenceSet(ctx context.Context, session string, w PresenceWrite
 		if isNullJSON(value) {
 			value = json.RawMessage("null")
 		}
-		args = append(args, presenceHashField(w.Participant, name), presenceEntryText(at, expires, w.Seen, value))
+		entry := presenceEntryText(at, expires, w.Seen, value)
+		// The value goes with its times in one argument.
+		if err := s.checkServerBulk(fmt.Sprintf("Values[%q]", name), []byte(entry)); err != nil {
+			return nil, err
+		}
+		args = append(args, presenceHashField(w.Participant, name), entry)
 	}
 	reply, err := s.run(ctx, "presence_set", session, args)
 	if err != nil {

@@ -2,14 +2,17 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
+	"github.com/a2redis/a2redis/keys"
 )
 
 // Bounds are a session's head and latest clear marker.
@@ -34,7 +37,7 @@ func (s *Store) Bounds(ctx context.Context, session string) (Bounds, error) {
 		return Bounds{}, fmt.Errorf("%w: MGET returned %d values", a2redis.ErrUnexpectedReply, len(values))
 	}
 	var b Bounds
-	if b.ClearIndex, err = optionalInt(values[1]); err != nil {
+	if b.ClearIndex, err = clearIndex(values[1]); err != nil {
 		return Bounds{}, err
 	}
 	if values[0].IsNil() {
@@ -44,6 +47,48 @@ func (s *Store) Bounds(ctx context.Context, session string) (Bounds, error) {
 		return Bounds{}, err
 	}
 	return b, nil
+}
+
+// clearIndex reads a clear key's value (keys.ParseClear): the marker's
+// index, 0 for none.
+func clearIndex(m rueidis.RedisMessage) (int64, error) {
+	if m.IsNil() {
+		return 0, nil
+	}
+	s, err := m.ToString()
+	if err != nil {
+		return 0, err
+	}
+	c, ok := keys.ParseClear(s)
+	if !ok {
+		return 0, fmt.Errorf("%w: %q is not a clear marker", a2redis.ErrUnexpectedReply, s)
+	}
+	return c.Index, nil
+}
+
+// collapsedMarker returns the clear marker at idx of a session that
+// collapsed to it (an ended lifetime: the marker's entry is no longer in
+// the log, its clear key says it), as a read of its entry would; false
+// when the session did not collapse to a marker at idx.
+func (s *Store) collapsedMarker(ctx context.Context, session string, idx int64) (a2redis.StoredEvent, bool, error) {
+	v, err := s.do(ctx, s.client.B().Get().Key(s.keys(session).Clear()).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return a2redis.StoredEvent{}, false, nil
+	}
+	if err != nil {
+		return a2redis.StoredEvent{}, false, fmt.Errorf("a2redis: reading the clear marker of session %q: %w", session, err)
+	}
+	c, ok := keys.ParseClear(v)
+	if !ok {
+		return a2redis.StoredEvent{}, false, fmt.Errorf("%w: %q is not a clear marker", a2redis.ErrUnexpectedReply, v)
+	}
+	if !c.Collapsed || c.Index != idx {
+		return a2redis.StoredEvent{}, false, nil
+	}
+	return a2redis.StoredEvent{
+		Session: session, Index: idx, ID: c.ID, Type: a2redis.ClearEventType,
+		Payload: json.RawMessage("null"), CreatedAt: time.UnixMilli(c.CreatedAt),
+	}, true, nil
 }
 
 func optionalInt(m rueidis.RedisMessage) (int64, error) {
@@ -131,6 +176,24 @@ func (s *Store) readRange(ctx context.Context, session string, after, through in
 		if err != nil {
 			return fmt.Errorf("a2redis: reading session %q: %w", session, err)
 		}
+		if next == b.ClearIndex && (len(entries) == 0 || entries[0].ID != itoa(next)+"-0") {
+			// The marker's entry is not in the log: the session collapsed
+			// to it (its clear key says it), or a gap.
+			marker, ok, err := s.collapsedMarker(ctx, session, next)
+			if err != nil {
+				return err
+			}
+			if ok {
+				next++
+				if err := fn([]a2redis.StoredEvent{marker}); err != nil {
+					return err
+				}
+				if len(entries) == 0 {
+					continue // the marker was the last event, or a gap follows
+				}
+				// The entries read start right after the marker.
+			}
+		}
 		if len(entries) == 0 {
 			return errorf(a2redis.ErrRangeGap, session, "the log ends before index %d", last)
 		}
@@ -184,6 +247,17 @@ func (s *Store) ReadTail(ctx context.Context, session string, limit int) ([]a2re
 			return nil, err
 		}
 		out[len(entries)-1-i] = ev
+	}
+	if from == b.ClearIndex && len(out) < limit && (len(out) == 0 || out[0].Index != from) {
+		// Down to the marker, and its entry is not in the log: a session
+		// collapsed to it says it in its clear key.
+		marker, ok, err := s.collapsedMarker(ctx, session, from)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append([]a2redis.StoredEvent{marker}, out...)
+		}
 	}
 	for i := 1; i < len(out); i++ {
 		if out[i].Index != out[i-1].Index+1 {

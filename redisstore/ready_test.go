@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestReadyIndexFollowsEveryTransition(t *testing.T) {
 
 		firstEnd := e.clock.Now().Add(time.Minute)
 		e.clock.Advance(10 * time.Second)
-		r, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w", TTL: time.Minute, Claims: []redisstore.Claim{{HeadRef: c.Heads[0].Ref(), Attempt: 1}}})
+		r, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "s", Holder: "w", TTL: time.Minute, Claims: []redisstore.Attempt{{Head: c.Heads[0].Ref(), Attempt: 1}}})
 		require.NoError(t, err)
 		require.Len(t, r.Renewed, 1)
 		renewedEnd := e.clock.Now().Add(time.Minute)
@@ -98,7 +99,7 @@ func TestReadyIndexFollowsEveryTransition(t *testing.T) {
 
 		c = claim()
 		require.Len(t, c.Heads, 1)
-		rel, err := e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: []redisstore.Completion{{Head: c.Heads[0].Ref(), Attempt: c.Heads[0].Attempts}}, Delay: 5 * time.Second})
+		rel, err := e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: []redisstore.Attempt{redisstore.AttemptOf(c.Heads[0])}, Delay: 5 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, []redisstore.ReleaseOutcome{redisstore.Released}, rel)
 		e.requireHeld("s", e.clock.Now().Add(5*time.Second), "a snooze holds the head")
@@ -107,11 +108,11 @@ func TestReadyIndexFollowsEveryTransition(t *testing.T) {
 		c = claim()
 		require.Len(t, c.Heads, 1)
 		require.Equal(t, int64(1), c.Heads[0].Failures, "the release counted no failure")
-		rel, err = e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: []redisstore.Completion{{Head: c.Heads[0].Ref(), Attempt: c.Heads[0].Attempts}}})
+		rel, err = e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: []redisstore.Attempt{redisstore.AttemptOf(c.Heads[0])}})
 		require.NoError(t, err)
 		require.Equal(t, []redisstore.ReleaseOutcome{redisstore.Released}, rel)
 		e.requireDue("s", "a release frees the head at once")
-		rel, err = e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: []redisstore.Completion{{Head: c.Heads[0].Ref(), Attempt: c.Heads[0].Attempts}}})
+		rel, err = e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "s", Attempts: []redisstore.Attempt{redisstore.AttemptOf(c.Heads[0])}})
 		require.NoError(t, err)
 		require.Equal(t, []redisstore.ReleaseOutcome{redisstore.ReleaseSuperseded}, rel, "a released attempt holds nothing")
 
@@ -148,7 +149,7 @@ func TestWorkWakeUps(t *testing.T) {
 		defer cancel()
 		notices := make(chan notify.WorkNotice, 64)
 		gaps := 0
-		w := notify.NewWorkWatcher(e.client, e.prefix, e.store.ReadyShards(), notify.SubscriberOptions{})
+		w := notify.NewWorkWatcher(e.store, notify.SubscriberOptions{})
 		go func() { _ = w.Watch(ctx, func(n notify.WorkNotice) error { notices <- n; return nil }) }()
 		for gaps < e.store.ReadyShards() {
 			select {
@@ -191,7 +192,7 @@ func TestWorkWakeUps(t *testing.T) {
 		expect("a", "a completion frees the lane's next head")
 		c, err = e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "a", Holder: "w", TTL: time.Minute})
 		require.NoError(t, err)
-		_, err = e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "a", Attempts: []redisstore.Completion{{Head: c.Heads[0].Ref(), Attempt: c.Heads[0].Attempts}}})
+		_, err = e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "a", Attempts: []redisstore.Attempt{redisstore.AttemptOf(c.Heads[0])}})
 		require.NoError(t, err)
 		expect("a", "a release")
 		c, err = e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "a", Holder: "w", TTL: time.Minute})
@@ -283,12 +284,12 @@ func TestClaimNextConcurrentCallersClaimEachHeadOnce(t *testing.T) {
 						time.Sleep(time.Millisecond) // a lane's next head frees when its holder completes
 						continue
 					}
-					done := make([]redisstore.Completion, len(r.Heads))
+					done := make([]redisstore.Attempt, len(r.Heads))
 					for i, h := range r.Heads {
 						mu.Lock()
 						seen[fmt.Sprintf("%s/%s/%s/%d", r.Session, h.Consumer, h.Lane, h.Index)]++
 						mu.Unlock()
-						done[i] = redisstore.Completion{Head: h.Ref(), Attempt: h.Attempts}
+						done[i] = redisstore.AttemptOf(h)
 					}
 					res, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: r.Session, Attempts: done})
 					if !assert.NoError(t, err) {
@@ -399,7 +400,7 @@ func TestDeclaredConsumers(t *testing.T) {
 					return err
 				},
 				"renew": func() error {
-					_, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "chat", Holder: "w", TTL: time.Minute, Claims: []redisstore.Claim{{HeadRef: a2redis.HeadRef{Consumer: "moderator", Index: 1}, Attempt: 1}}})
+					_, err := e.store.RenewClaims(e.ctx, redisstore.RenewRequest{Session: "chat", Holder: "w", TTL: time.Minute, Claims: []redisstore.Attempt{{Head: a2redis.HeadRef{Consumer: "moderator", Index: 1}, Attempt: 1}}})
 					return err
 				},
 				"redrive": func() error {
@@ -407,7 +408,7 @@ func TestDeclaredConsumers(t *testing.T) {
 					return err
 				},
 				"release": func() error {
-					_, err := e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "chat", Attempts: []redisstore.Completion{{Head: a2redis.HeadRef{Consumer: "moderator", Index: 1}, Attempt: 1}}})
+					_, err := e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: "chat", Attempts: []redisstore.Attempt{{Head: a2redis.HeadRef{Consumer: "moderator", Index: 1}, Attempt: 1}}})
 					return err
 				},
 			} {
@@ -457,7 +458,7 @@ func TestCompleteAndClaimRunsALaneInOneCallPerEvent(t *testing.T) {
 		for {
 			order = append(order, head.Index)
 			require.Equal(t, fmt.Sprintf(`{"n":%d}`, head.Index), string(head.Payload), "the claimed next head carries its event")
-			r, err := e.store.CompleteAndClaim(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Completion{{Head: head.Ref(), Attempt: head.Attempts}}},
+			r, err := e.store.CompleteAndClaim(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Attempt{redisstore.AttemptOf(head)}},
 				redisstore.NextClaim{Holder: "w", TTL: time.Minute})
 			require.NoError(t, err)
 			require.Equal(t, []redisstore.CompleteResult{{Outcome: redisstore.Completed, Events: []a2redis.StoredEvent{}}}, r.Results)
@@ -480,7 +481,7 @@ func TestCompleteAndClaimRunsALaneInOneCallPerEvent(t *testing.T) {
 		require.NoError(t, err)
 		c, err = e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute})
 		require.NoError(t, err)
-		r, err := e.store.CompleteAndClaim(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Completion{{Head: c.Heads[0].Ref(), Attempt: c.Heads[0].Attempts + 1}}},
+		r, err := e.store.CompleteAndClaim(e.ctx, redisstore.CompleteAttemptsRequest{Session: "s", Attempts: []redisstore.Attempt{{Head: c.Heads[0].Ref(), Attempt: c.Heads[0].Attempts + 1}}},
 			redisstore.NextClaim{Holder: "w", TTL: time.Minute})
 		require.NoError(t, err)
 		assert.Equal(t, redisstore.CompleteSuperseded, r.Results[0].Outcome)
@@ -498,7 +499,7 @@ func TestWorkWatchSurvivesKilledConnections(t *testing.T) {
 	s, err := redisstore.New(ctx, c, redisstore.Config{Prefix: redistest.Prefix(t)})
 	require.NoError(t, err)
 	notices := make(chan notify.WorkNotice, 64)
-	w := notify.NewWorkWatcher(c, s.Prefix(), s.ReadyShards(), notify.SubscriberOptions{})
+	w := notify.NewWorkWatcher(s, notify.SubscriberOptions{})
 	go func() { _ = w.Watch(ctx, func(n notify.WorkNotice) error { notices <- n; return nil }) }()
 	gaps := func(why string) {
 		t.Helper()
@@ -536,9 +537,11 @@ func TestClaimServingOneConsumerBehindManyOthers(t *testing.T) {
 		for i := range others {
 			others[i] = a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "other"}}}
 		}
-		_, err := e.store.Append(e.ctx, "s", others, redisstore.AppendOptions{})
-		require.NoError(t, err)
-		_, err = e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "mine"}}}}, redisstore.AppendOptions{})
+		for part := range slices.Chunk(others, redisstore.DefaultMaxBatch) {
+			_, err := e.store.Append(e.ctx, "s", part, redisstore.AppendOptions{})
+			require.NoError(t, err)
+		}
+		_, err := e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "mine"}}}}, redisstore.AppendOptions{})
 		require.NoError(t, err)
 		c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "w", TTL: time.Minute, Consumers: []a2redis.Consumer{{Name: "mine"}}})
 		require.NoError(t, err)

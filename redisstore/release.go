@@ -15,7 +15,7 @@ type ReleaseRequest struct {
 	Session string
 	// Attempts are the claimed attempts to give back (at most
 	// Config.MaxBatch, no head named twice).
-	Attempts []Completion
+	Attempts []Attempt
 	// Delay, when positive, keeps the heads from being claimed again until
 	// now + Delay (a snooze); zero frees them at once.
 	Delay time.Duration
@@ -35,6 +35,28 @@ const (
 	ReleaseSuperseded ReleaseOutcome = "superseded"
 )
 
+// Release gives claimed attempts back without counting a failure, each
+// fenced as a completion is, in one script call: for a worker that stops
+// with heads in hand, and for a handler that asks to run again later
+// (Delay). A released head's next claim is a new attempt that counts no
+// failure for this one. The outcomes are in request order.
+func (s *Store) Release(ctx context.Context, req ReleaseRequest) ([]ReleaseOutcome, error) {
+	o := s.cfg.Observer
+	if o == nil {
+		return s.release(ctx, req)
+	}
+	ctx, end := o.Begin(ctx, Operation{Name: OpRelease, Session: req.Session, Events: len(req.Attempts)})
+	res, err := s.release(ctx, req)
+	n := 0
+	for _, r := range res {
+		if r == Released {
+			n++
+		}
+	}
+	end(OperationEnd{Session: req.Session, Count: n, Err: err})
+	return res, err
+}
+
 // release is Release without its observation.
 func (s *Store) release(ctx context.Context, req ReleaseRequest) ([]ReleaseOutcome, error) {
 	if err := checkSession(req.Session); err != nil {
@@ -44,7 +66,7 @@ func (s *Store) release(ctx context.Context, req ReleaseRequest) ([]ReleaseOutco
 	if err := check.Completions("Attempts", causes, s.cfg.MaxBatch); err != nil {
 		return nil, err
 	}
-	if err := s.checkDeclaredCauses("Attempts", causes); err != nil {
+	if err := s.checkDeclaredCauses(ctx, "Attempts", causes); err != nil {
 		return nil, err
 	}
 	if req.Delay < 0 {
@@ -80,53 +102,4 @@ func (s *Store) release(ctx context.Context, req ReleaseRequest) ([]ReleaseOutco
 		}
 	}
 	return out, nil
-}
-
-// served returns the consumers a call serves: its own, else the declared
-// ones (nil: every consumer).
-func (s *Store) served(consumers []a2redis.Consumer) []a2redis.Consumer {
-	if consumers != nil {
-		return consumers
-	}
-	return s.cfg.Consumers
-}
-
-// declared reports whether name is a declared consumer (always, with none
-// declared).
-func (s *Store) declared(name string) bool {
-	if len(s.cfg.Consumers) == 0 {
-		return true
-	}
-	for _, c := range s.cfg.Consumers {
-		if c.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// checkDeclared refuses a consumer name that is not declared.
-func (s *Store) checkDeclared(field, name string) error {
-	if s.declared(name) {
-		return nil
-	}
-	return check.Invalid(field, "names consumer %q, which Config.Consumers does not declare", name)
-}
-
-func (s *Store) checkDeclaredCauses(field string, causes []a2redis.Cause) error {
-	for i, c := range causes {
-		if err := s.checkDeclared(fmt.Sprintf("%s[%d].Consumer", field, i), c.Consumer); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *Store) checkDeclaredConsumers(field string, consumers []a2redis.Consumer) error {
-	for i, c := range consumers {
-		if err := s.checkDeclared(fmt.Sprintf("%s[%d].Name", field, i), c.Name); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -101,6 +101,9 @@ func toEvent(session, id string, fields map[string]string) (a2redis.StoredEvent,
 	if at, err := strconv.ParseInt(fields["created_at"], 10, 64); err == nil {
 		ev.CreatedAt = time.UnixMilli(at)
 	}
+	if at, err := strconv.ParseInt(fields["not_before"], 10, 64); err == nil && at > 0 {
+		ev.NotBefore = time.UnixMilli(at)
+	}
 	if raw := fields["cause"]; raw != "" {
 		var c a2redis.Cause
 		if err := json.Unmarshal([]byte(raw), &c); err != nil {
@@ -120,8 +123,8 @@ func entryIndex(id string) (int64, error) {
 	return n, nil
 }
 
-// dispatch decodes a head row's columns d fc lc ch ce a lf lfa e f.
-func dispatch(m rueidis.RedisMessage) a2redis.Dispatch {
+// headState decodes a head row's columns d fc lc ch ce a lf lfa e f.
+func headState(m rueidis.RedisMessage) a2redis.HeadState {
 	cols := array(m)
 	col := func(i int) string {
 		if i < len(cols) {
@@ -139,7 +142,7 @@ func dispatch(m rueidis.RedisMessage) a2redis.Dispatch {
 		}
 		return time.UnixMilli(num(i))
 	}
-	return a2redis.Dispatch{
+	return a2redis.HeadState{
 		Attempts:          num(0),
 		FirstClaimedAt:    at(1),
 		LastClaimedAt:     at(2),

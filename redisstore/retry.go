@@ -22,6 +22,14 @@ const (
 	DefaultRetryMaxBackoff   = 500 * time.Millisecond
 	DefaultRetryUnavailable  = 10 * time.Second
 	DefaultDurabilityTimeout = time.Second
+	// DefaultDurabilityAOFTimeout is the default wait of Durability.AOF
+	// when an fsync may be a second away: with Replicas (the master cannot
+	// tell how its replicas fsync; appendfsync everysec, Redis's default,
+	// fsyncs about once a second, and a replica reports its fsynced offset
+	// about once a second, so a write with a replica waits up to a second
+	// even on appendfsync always, and 1 of 1,000 waited over 3s on a
+	// machine at load 13) or with the master not on appendfsync always.
+	DefaultDurabilityAOFTimeout = 5 * time.Second
 )
 
 // RetryPolicy bounds the store's own retries of a failed command. The
@@ -75,11 +83,21 @@ type Durability struct {
 	// a2redis.ErrInvalidArgument on a server without WAITAOF.
 	AOF bool
 	// Timeout bounds each wait (and is shortened to fit the caller's
-	// deadline). Default DefaultDurabilityTimeout (1s).
+	// deadline). Default, chosen by New from the configuration and the
+	// master's appendfsync: DefaultDurabilityTimeout (1s) for WAIT alone,
+	// and for AOF without Replicas on a master with appendfsync always;
+	// DefaultDurabilityAOFTimeout (5s) for AOF otherwise (a 1s wait
+	// reported a third of healthy writes not replicated with AOF and a
+	// replica on appendfsync everysec). Store.Durability reports the
+	// value chosen.
 	Timeout time.Duration
 }
 
 func (d Durability) enabled() bool { return d.Replicas > 0 || d.AOF }
+
+// Durability returns the store's Config.Durability, with the Timeout New
+// chose when it was left zero.
+func (s *Store) Durability() Durability { return s.cfg.Durability }
 
 // checkRetries validates and defaults cfg's retry and durability settings.
 func checkRetries(cfg *Config) error {
@@ -110,10 +128,17 @@ func checkRetries(cfg *Config) error {
 	if d.Timeout < 0 {
 		return check.Invalid("Config.Durability.Timeout", "is negative (%v)", d.Timeout)
 	}
-	if d.Timeout == 0 {
-		d.Timeout = DefaultDurabilityTimeout
-	}
+	// A zero Timeout is chosen by New (defaultWait), which asks the server.
 	return nil
+}
+
+// defaultWait is Durability's default Timeout for a master whose
+// appendfsync is fsync ("" when New could not read it).
+func defaultWait(d Durability, fsync string) time.Duration {
+	if d.AOF && (d.Replicas > 0 || fsync != "always") {
+		return DefaultDurabilityAOFTimeout
+	}
+	return DefaultDurabilityTimeout
 }
 
 // failure is how a failed try ended, for the retry decision.
@@ -247,12 +272,13 @@ func callerDeadline(ctx context.Context, err error) error {
 
 // repeatable reports whether running a script again after a try whose
 // outcome is unknown is safe: every script but the claims (a second claim
-// would bump the attempt again) and redrive (a second retry or skip would
-// find no dead letter and report Redriven false). The others replay what
-// an earlier try committed or write the same thing again.
+// would bump the attempt again), redrive (a second retry or skip would
+// find no dead letter and report Redriven false) and cancel (a second one
+// would find the head gone and report CancelNotFound). The others replay
+// what an earlier try committed or write the same thing again.
 func repeatable(name string) bool {
 	switch name {
-	case "claim", "claim_fast", "redrive":
+	case "claim", "claim_fast", "redrive", "cancel":
 		return false
 	}
 	return true
@@ -303,11 +329,11 @@ func (s *Store) doMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidi
 func (s *Store) execScript(ctx context.Context, lua *rueidis.Lua, readOnly bool, session string, args []string) (rueidis.RedisMessage, *a2redis.ReplicationError, error) {
 	k := s.keys(session)
 	if readOnly || !s.cfg.Durability.enabled() {
-		msg, err := lua.Exec(ctx, s.client, []string{k.Count(), k.Sentinel()}, args).ToMessage()
+		msg, err := lua.Exec(ctx, s.scripts, []string{k.Count(), k.Sentinel()}, args).ToMessage()
 		return msg, nil, err
 	}
 	w := &waitingClient{Client: s.client, s: s, count: k.Count(), clear: k.Clear()}
-	msg, err := lua.Exec(ctx, w, []string{k.Count(), k.Sentinel()}, args).ToMessage()
+	msg, err := lua.Exec(ctx, s.loader(w), []string{k.Count(), k.Sentinel()}, args).ToMessage()
 	if err != nil {
 		return msg, nil, err
 	}
@@ -324,29 +350,22 @@ const touchScript = `for _, k in ipairs(KEYS) do
 end
 return 0`
 
-// clusterTouchScript is touchScript for a cluster: it replies the id of the
-// node that ran it, to compare with the node that ran the WAIT.
-const clusterTouchScript = `for _, k in ipairs(KEYS) do
-  local v = redis.call('GET', k)
-  if v then redis.call('SET', k, v, 'KEEPTTL') break end
-end
-return redis.call('CLUSTER', 'MYID')`
-
-// waitRounds bounds how often a wait is sent again after the write it
-// follows was redirected to another node.
-const waitRounds = 3
+// redirectHops bounds how many MOVED or ASK replies a durable group follows
+// before the redirect is returned as a refusal (retried by s.retrying).
+const redirectHops = 2
 
 // waitingClient sends each command Lua.Exec sends (EVALSHA, then EVAL on
-// NOSCRIPT) together with the touch and the wait, on one connection (WAIT
-// blocks, so rueidis takes a pooled connection for the three).
+// NOSCRIPT) together with the touch and the wait, in one pipeline on one
+// dedicated connection, so the wait runs on the node that ran the script
+// (WAIT counts the replicas of its own connection's writes).
 //
-// On a cluster the WAIT goes to the node rueidis believes owns the
-// session's slot; when the slot has moved, the script and the touch are
-// redirected (MOVED) to the new owner while the WAIT has already run on the
-// old one, counting the wrong replicas. So on a cluster the touch replies
-// its node's id and a CLUSTER MYID follows the WAIT: when the two differ,
-// the touch and the wait are sent again (rueidis has learnt the new owner
-// from the redirect), at most waitRounds times.
+// The group never goes through rueidis's cluster DoMulti: there a keyed
+// command redirected by ASK in a group that also holds a blocking command
+// (WAIT, WAITAOF) panics inside rueidis v1.0.79 (see docs/design-notes.md,
+// "rueidis v1.0.79 panics on an ASK in a group with a blocking command"),
+// and a redirect there could split the script from its wait. On a cluster
+// the group goes to the node rueidis maps the session's slot to; a MOVED
+// or ASK reply to the script is followed by sendFollowing.
 type waitingClient struct {
 	rueidis.Client
 	s            *Store
@@ -361,49 +380,102 @@ func (w *waitingClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 		// Leave the wait time to answer before the deadline cuts it.
 		timeout = max(min(timeout, time.Until(dl)*3/4), time.Millisecond)
 	}
-	cluster := c.Mode() == rueidis.ClientModeCluster
-	script := touchScript
-	if cluster {
-		script = clusterTouchScript
-	}
-	build := func() rueidis.Commands {
-		touch := c.B().Eval().Script(script).Numkeys(2).Key(w.count, w.clear).Build()
+	// Pinned: a redirected group is sent again, and rueidis recycles a
+	// command once it has a reply (a redirect is one).
+	cmd = cmd.Pin()
+	res := sendFollowing(ctx, c, func() rueidis.Commands {
+		touch := c.B().Eval().Script(touchScript).Numkeys(2).Key(w.count, w.clear).Build()
 		wait := c.B().Wait().Numreplicas(int64(d.Replicas)).Timeout(timeout.Milliseconds()).Build()
 		if d.AOF {
 			wait = c.B().Waitaof().Numlocal(1).Numreplicas(int64(d.Replicas)).Timeout(timeout.Milliseconds()).Build()
 		}
-		cmds := rueidis.Commands{touch, wait}
-		if cluster {
-			cmds = append(cmds, c.B().Arbitrary("CLUSTER", "MYID").Build())
-		}
-		return cmds
+		return rueidis.Commands{cmd, touch, wait}
+	})
+	w.touch, w.wait = res[1], res[2]
+	return res[0]
+}
+
+// keylessSlot is the slot rueidis gives a command without keys
+// (cmds.InitSlot); a command with keys has its key's slot, below it.
+const keylessSlot = 1 << 14
+
+// sendFollowing sends the group build returns with sendGroup and, on a
+// cluster, follows a MOVED or ASK reply to its first command to the node
+// the redirect names, with the group built again (after an ASK, ASKING
+// goes before each of its commands with keys: ASKING covers one command),
+// at most redirectHops times. A redirect not followed (the hops used up,
+// or a node rueidis does not know yet) is returned as it is: a refusal,
+// which s.retrying retries.
+func sendFollowing(ctx context.Context, c rueidis.Client, build func() rueidis.Commands) []rueidis.RedisResult {
+	res := sendGroup(ctx, c, build())
+	if c.Mode() != rueidis.ClientModeCluster {
+		return res
 	}
-	res := c.DoMulti(ctx, append(rueidis.Commands{cmd}, build()...)...)
-	first, rest := res[0], res[1:]
-	for round := 1; ; round++ {
-		w.touch, w.wait = rest[0], rest[1]
-		if !cluster || w.touch.Error() != nil || rest[2].Error() != nil {
+	for hop := 0; hop < redirectHops; hop++ {
+		addr, asking := redirected(res[0].Error())
+		if addr == "" {
 			break
 		}
-		ran, _ := w.touch.ToString()
-		waited, _ := rest[2].ToString()
-		if ran == waited {
+		node := c.Nodes()[addr]
+		if node == nil {
 			break
 		}
-		if round >= waitRounds {
-			w.touch = rueidis.NewErrorResult(fmt.Errorf("a2redis: the write ran on node %s but the wait on node %s (the slot moved), %d times", ran, waited, round))
-			break
+		cmds := build()
+		if !asking {
+			res = sendGroup(ctx, node, cmds)
+			continue
 		}
-		// Give rueidis time to learn the new owner from the redirect.
-		t := time.NewTimer(time.Duration(round) * 20 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
+		sent := make(rueidis.Commands, 0, 2*len(cmds))
+		at := make([]int, len(cmds))
+		for i := range cmds {
+			if cmds[i].Slot() < keylessSlot {
+				sent = append(sent, c.B().Asking().Build())
+			}
+			at[i] = len(sent)
+			sent = append(sent, cmds[i])
 		}
-		rest = c.DoMulti(ctx, build()...)
+		all := sendGroup(ctx, node, sent)
+		res = make([]rueidis.RedisResult, len(cmds))
+		for i, j := range at {
+			res[i] = all[j]
+		}
 	}
-	return first
+	return res
+}
+
+// sendGroup sends cmds in one pipeline on one dedicated connection of c
+// (on a cluster, the connection to the node of their slot), and closes the
+// connection when a reply did not come (a WAIT cut by the context would
+// answer later).
+func sendGroup(ctx context.Context, c rueidis.Client, cmds rueidis.Commands) []rueidis.RedisResult {
+	var res []rueidis.RedisResult
+	_ = c.Dedicated(func(d rueidis.DedicatedClient) error {
+		res = d.DoMulti(ctx, cmds...)
+		for _, r := range res {
+			if r.NonRedisError() != nil {
+				d.Close()
+				break
+			}
+		}
+		return nil
+	})
+	return res
+}
+
+// redirected returns the node a MOVED or ASK reply names, and whether it is
+// an ASK; "" for any other outcome.
+func redirected(err error) (addr string, asking bool) {
+	reply, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return "", false
+	}
+	if addr, ok := reply.IsMoved(); ok {
+		return addr, false
+	}
+	if addr, ok := reply.IsAsk(); ok {
+		return addr, true
+	}
+	return "", false
 }
 
 // replicated checks the touch and the wait that followed a write.
@@ -441,10 +513,14 @@ func (s *Store) replicated(touch, wait rueidis.RedisResult) *a2redis.Replication
 }
 
 // checkDurability asks the server (a master) whether it has the wait
-// commands Durability needs (WAITAOF came with Redis 7.2).
+// commands Durability needs (WAITAOF came with Redis 7.2), and chooses the
+// default Timeout (defaultWait) from its appendfsync.
 func (s *Store) checkDurability(ctx context.Context) error {
-	d := s.cfg.Durability
+	d := &s.cfg.Durability
 	if !d.enabled() {
+		if d.Timeout == 0 {
+			d.Timeout = DefaultDurabilityTimeout
+		}
 		return nil
 	}
 	c := s.client
@@ -457,8 +533,11 @@ func (s *Store) checkDurability(ctx context.Context) error {
 	}
 	// Alone, the keyless wait may go to any node of a cluster, and a
 	// replica refuses it; after a read of the schema key it goes to that
-	// key's master, as a write's wait goes with its script.
-	res := c.DoMulti(ctx, c.B().Exists().Key(s.schema).Build(), cmd)
+	// key's master, as a write's wait goes with its script (and, like it,
+	// not through rueidis's cluster DoMulti: see waitingClient).
+	res := sendFollowing(ctx, c, func() rueidis.Commands {
+		return rueidis.Commands{c.B().Exists().Key(s.schema).Build(), cmd.Pin(), c.B().ConfigGet().Parameter("appendfsync").Build()}
+	})
 	if err := res[0].Error(); err != nil {
 		return fmt.Errorf("a2redis: asking the server for %s: %w", name, err)
 	}
@@ -468,6 +547,17 @@ func (s *Store) checkDurability(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("a2redis: asking the server for %s: %w", name, err)
+	}
+	if d.Timeout == 0 {
+		// A server that refuses CONFIG (a managed one) gets the longer
+		// wait when in doubt.
+		fsync := ""
+		if m, err := res[2].AsStrMap(); err == nil {
+			fsync = m["appendfsync"]
+		} else if kv, err := res[2].AsStrSlice(); err == nil && len(kv) == 2 {
+			fsync = kv[1]
+		}
+		d.Timeout = defaultWait(*d, fsync)
 	}
 	return nil
 }
@@ -484,14 +574,36 @@ func notReplicatedOnly(reply []rueidis.RedisMessage, err *error) error {
 }
 
 // writeError is the error of a batch the store gave up on after sending
-// it, or after trying to: a *a2redis.BatchError with the batch's ids.
+// it, or after trying to: a *a2redis.BatchError with the batch's ids,
+// wrapping a2redis.ErrRejected when the server rejected it for good.
 func writeError(session string, batch []prepared, err error) error {
 	if err == nil || len(batch) == 0 {
 		return err
 	}
+	err = rejected(err)
 	ids := make([]string, len(batch))
 	for i, e := range batch {
 		ids[i] = e.id
 	}
 	return &a2redis.BatchError{Session: session, IDs: ids, Err: err}
+}
+
+// rejected wraps a2redis.ErrRejected around err when it holds a server's
+// error reply that is not a refusal for now: sending the same request
+// again would fail the same way.
+func rejected(err error) error {
+	var reply *rueidis.RedisError
+	if !errors.As(err, &reply) || errors.Is(err, a2redis.ErrUnavailable) || errors.Is(err, a2redis.ErrRejected) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", a2redis.ErrRejected, err)
+}
+
+// handedOn reports a fast script's reply that hands the call to the
+// general one, having written nothing, with only a replication shortfall
+// as its error (the wait covered the touch alone): the general script
+// runs, and its own wait tells.
+func handedOn(reply []rueidis.RedisMessage, err error) bool {
+	var e *a2redis.ReplicationError
+	return word(reply, 0) == "general" && errors.As(err, &e)
 }

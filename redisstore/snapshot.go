@@ -102,7 +102,12 @@ func (s *Store) PutSnapshots(ctx context.Context, session, reducer string, write
 	args := make([]string, 0, 2+len(sorted)*3)
 	args = append(args, reducer, itoa(int64(len(sorted))))
 	for _, m := range sorted {
-		args = append(args, itoa(m.Index), snapshotText(m.Index, m.State), itoa(int64(len(m.Pins))))
+		text := snapshotText(m.Index, m.State)
+		// The state goes with its index in one argument.
+		if err := s.checkServerBulk(fmt.Sprintf("the state at index %d", m.Index), []byte(text)); err != nil {
+			return err
+		}
+		args = append(args, itoa(m.Index), text, itoa(int64(len(m.Pins))))
 		for _, pin := range m.Pins {
 			args = append(args, pin.Consumer, tagOf(pin.Lane), itoa(pin.Index))
 		}

@@ -368,7 +368,7 @@ func TestReclaimSweepsManyReducersInPages(t *testing.T) {
 		for {
 			reply, err := script.Exec(e.ctx, e.client, []string{k.Count(), k.Sentinel()}, []string{strconv.Itoa(redisstore.ReclaimPageSize)}).ToArray()
 			require.NoError(t, err)
-			require.Len(t, reply, 2)
+			require.GreaterOrEqual(t, len(reply), 2, "{ deleted, done } (and the ready version of a collapse)")
 			calls++
 			if state, _ := reply[1].ToString(); state == "s" {
 				require.Less(t, calls, 100, "the sweep never finished")

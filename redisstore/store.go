@@ -9,7 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,7 +39,7 @@ const (
 const (
 	DefaultPrefix      = "a2"
 	DefaultPublishWait = 100 * time.Millisecond
-	DefaultMaxBatch    = 10_000
+	DefaultMaxBatch    = a2redis.MaxBatch
 	DefaultClaimLimit  = 256
 	// ReadPageSize is how many entries one XRANGE of a read fetches.
 	ReadPageSize = 256
@@ -67,8 +67,10 @@ type Config struct {
 	// allow-key-locking flag. Default KeyLockingAuto.
 	KeyLocking KeyLocking
 	// PublishWait bounds how long a write waits for its wake-up PUBLISH
-	// after the script committed. A failed or slow publish never fails the
-	// write. Default 100ms; negative disables wake-ups.
+	// after the script committed (a caller whose deadline leaves less does
+	// not wait: the publish goes on in the background). A failed or slow
+	// publish never fails the write. Default 100ms; negative disables
+	// wake-ups.
 	PublishWait time.Duration
 	// ShardedPubSub publishes wake-ups with SPUBLISH (Redis 7 sharded
 	// pub/sub) instead of PUBLISH. On a cluster a sharded message goes only
@@ -76,10 +78,12 @@ type Config struct {
 	// use SSUBSCRIBE. Default false (plain PUBLISH works everywhere,
 	// miniredis included).
 	ShardedPubSub bool
-	// MaxBatch is the most events one Append or CompleteAttempt may carry.
-	// Default 10000.
+	// MaxBatch is the most events one Append or CompleteAttempt may carry,
+	// and the most heads one claim takes or one renewal, completion or
+	// release names. Default and most a2redis.MaxBatch (1000).
 	MaxBatch int
-	// ClaimLimit is the default ClaimRequest.Limit. Default 256.
+	// ClaimLimit is the default ClaimRequest.Limit. Default 256 (or
+	// MaxBatch when that is less); at most MaxBatch.
 	ClaimLimit int
 	// NoCoalescing sends every plain Append (no causes, no lane targets, no
 	// served log consumer) in a script call of its own. By default, plain
@@ -88,22 +92,45 @@ type Config struct {
 	// and written on its own: the same results, fewer script calls and
 	// wake-ups on a busy session.
 	NoCoalescing bool
-	// Consumers declares the deployment's consumers: every Append,
-	// CompleteAttempt, Redrive, claim and ClaimNext that does not name its
-	// own Consumers uses these (so an Append starts every declared typed
-	// log cursor its events concern), and a claim, renewal or redrive
-	// naming a consumer not declared here is an ErrInvalidArgument. Default
-	// none: calls without Consumers serve every consumer, and log cursors
-	// start only from calls that name them.
+	// NoCompaction turns off the rebuild of a small settled session. By
+	// default, when a write leaves a session without work and its log
+	// holds at most CompactLogEntries entries (and CompactBytes), one more
+	// script call rebuilds the log and its head chunks to their size: a
+	// session with one handled event costs ~1.3 KB instead of ~5.7 KB, one
+	// with 100 ~12 KB instead of ~27 KB (Redis keeps a 4 KB node for a
+	// stream's newest entries; a head chunk stays a hashtable while its
+	// heads are live). Never on key-locking servers (they refuse DUMP in
+	// scripts) nor on miniredis (it cannot DUMP a stream).
+	NoCompaction bool
+	// Consumers declares consumers this process knows of. New registers
+	// each in the prefix's consumer registry (Store.AddConsumers), which
+	// every store of the prefix serves whatever its own Config: every
+	// Append, CompleteAttempt, Redrive, claim and ClaimNext that does not
+	// name its own Consumers serves the registry's (so an Append starts
+	// every registered typed log cursor its events concern, even from a
+	// store that declares none), and a claim, renewal or redrive naming a
+	// consumer the registry lacks is an ErrInvalidArgument. A declared
+	// consumer registered with another declaration fails New with
+	// a2redis.ErrConsumerMismatch. Default none: the store serves the
+	// registry as it finds it (every consumer while it is empty).
 	Consumers []a2redis.Consumer
+	// ConsumerRefresh bounds how old the store's copy of the consumer
+	// registry may be: a call that finds its copy older reads the registry
+	// again first (one GET, at most once per interval, on the calling
+	// path), so a change made by any store reaches every store within it.
+	// Default DefaultConsumerRefresh (1s); negative: the registry is read
+	// at New only (and by ReadConsumers, AddConsumers, RemoveConsumers).
+	ConsumerRefresh time.Duration
 	// ReadyShards is how many shards the prefix's ready index has (each
 	// its own hash tag, so they spread over a cluster's nodes). Every store
 	// on a prefix must use the same number: the first store records it and
 	// New refuses another. Default keys.DefaultReadyShards (8).
 	ReadyShards int
 	// ReadyWait bounds how long a write waits for its ready-index update
-	// after the script committed; an update that fails or times out never
-	// fails the write (RepairReady restores it). Default 1s.
+	// after the script committed, and the caller's deadline bounds it
+	// further; an update that fails or times out never fails the write: it
+	// is kept and sent with the store's next update (RepairReady restores
+	// what a process took with it). Default 1s.
 	ReadyWait time.Duration
 	// Retries bounds the store's own retries of commands the server
 	// refused for now (a2redis.ErrUnavailable) or whose connection failed.
@@ -123,7 +150,9 @@ type Config struct {
 // Store is an a2redis store on one key prefix. It is safe for concurrent
 // use.
 type Store struct {
-	client  rueidis.Client
+	client rueidis.Client
+	// scripts runs scripts: EVALSHA, loaded by SCRIPT LOAD (scriptload.go).
+	scripts rueidis.Client
 	cfg     Config
 	schema  string
 	mu      sync.Mutex
@@ -131,13 +160,17 @@ type Store struct {
 	// blockIDs: ids are generated per batch (nonce + position), not by
 	// cfg.IDs.
 	blockIDs bool
-	// logCursors holds "<consumer>\x00<lane>" of the log cursors claims
-	// returned heads of (see completesFast).
-	logCursors sync.Map
 
 	coalesce coalescer
 	skips    skipCache
 	late     lateReady
+	bigLogs  bigLogs
+	// maxBulk is the largest value one command argument may carry: the
+	// least proto-max-bulk-len of the nodes when New could read it and it
+	// is below a2redis.MaxPayloadBytes, else 0 (the constant bounds it).
+	maxBulk int
+	view    readyView
+	reg     registry
 }
 
 // New returns a store on client. It claims the prefix's layout (a prefix
@@ -168,14 +201,14 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
-	if cfg.MaxBatch < 0 {
-		return nil, check.Invalid("Config.MaxBatch", "is negative")
+	if cfg.MaxBatch < 0 || cfg.MaxBatch > a2redis.MaxBatch {
+		return nil, check.Invalid("Config.MaxBatch", "must be in [1, a2redis.MaxBatch (%d)] (got %d)", a2redis.MaxBatch, cfg.MaxBatch)
 	}
 	if cfg.ClaimLimit == 0 {
-		cfg.ClaimLimit = DefaultClaimLimit
+		cfg.ClaimLimit = min(DefaultClaimLimit, cfg.MaxBatch)
 	}
-	if cfg.ClaimLimit < 0 {
-		return nil, check.Invalid("Config.ClaimLimit", "is negative")
+	if cfg.ClaimLimit < 0 || cfg.ClaimLimit > cfg.MaxBatch {
+		return nil, check.Invalid("Config.ClaimLimit", "must be in [1, Config.MaxBatch (%d)] (got %d)", cfg.MaxBatch, cfg.ClaimLimit)
 	}
 	if cfg.ReadyShards == 0 {
 		cfg.ReadyShards = keys.DefaultReadyShards
@@ -196,6 +229,7 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 		return nil, err
 	}
 	s := &Store{client: client, cfg: cfg, schema: keys.Schema(cfg.Prefix), blockIDs: blockIDs}
+	s.scripts = s.loader(client)
 	switch cfg.KeyLocking {
 	case KeyLockingOn:
 		s.locking = 1
@@ -211,9 +245,20 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 	if err := s.claimReadyShards(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.ConsumerRefresh == 0 {
+		s.cfg.ConsumerRefresh = DefaultConsumerRefresh
+	}
+	if len(cfg.Consumers) > 0 {
+		if err := s.AddConsumers(ctx, cfg.Consumers...); err != nil {
+			return nil, fmt.Errorf("Config.Consumers: %w", err)
+		}
+	} else if _, err := s.readRegistry(ctx); err != nil {
+		return nil, err
+	}
 	if err := s.checkDurability(ctx); err != nil {
 		return nil, err
 	}
+	s.readBulkLimit(ctx)
 	// A transport error leaves the answer unknown; the next script asks.
 	_, _ = s.keyLocking(ctx)
 	return s, nil
@@ -229,12 +274,12 @@ func RandomID() string {
 // Prefix returns the store's key prefix.
 func (s *Store) Prefix() string { return s.cfg.Prefix }
 
+// MaxBatch returns the most events one batch, and heads one claim,
+// renewal, completion or release, may hold (Config.MaxBatch).
+func (s *Store) MaxBatch() int { return s.cfg.MaxBatch }
+
 // Client returns the store's Redis client.
 func (s *Store) Client() rueidis.Client { return s.client }
-
-// Consumers returns the consumers Config.Consumers declares (a copy; nil
-// when none are declared).
-func (s *Store) Consumers() []a2redis.Consumer { return slices.Clone(s.cfg.Consumers) }
 
 // Now returns the time by the store's clock (Config.Clock), which every
 // stored time, lease and hold is measured with.
@@ -298,6 +343,12 @@ func (s *Store) keyLocking(ctx context.Context) (bool, error) {
 	return state == 1, nil
 }
 
+// endsClaims names the scripts that end claims (see Store.endedClaims).
+var endsClaims = map[string]bool{
+	"complete": true, "complete_event": true, "complete_fast": true, "complete_many": true,
+	"fail": true, "release": true, "cancel": true,
+}
+
 // run runs a script over a session: KEYS[1] is the session counter. It
 // retries as Config.Retries allows (see repeatable). With Durability on, a
 // write not acknowledged in time returns its reply together with a
@@ -317,6 +368,7 @@ func (s *Store) runTry(ctx context.Context, name, session string, args []string)
 		return nil, nil, err
 	}
 	script := scripts.All()[name]
+	script.Ran()
 	var msg rueidis.RedisMessage
 	var notReplicated *a2redis.ReplicationError
 	err = s.retrying(ctx, script.ReadOnly || repeatable(name), func(ctx context.Context) (err error) {
@@ -346,6 +398,9 @@ func (s *Store) runTry(ctx context.Context, name, session string, args []string)
 	values, mark := popReadyMark(values)
 	if mark != "" {
 		s.noteReady(ctx, session, mark)
+	}
+	if endsClaims[name] {
+		s.endedClaims(session)
 	}
 	if w := word(values, 0); w == "general" || w == "index" {
 		// Handed on with nothing written: the next script's wait covers it.
@@ -388,20 +443,41 @@ func (s *Store) publish(ctx context.Context, session string, message []byte) {
 	s.publishOn(ctx, s.keys(session).NotifyChannel(), message)
 }
 
+// publishFor is publish for a caller whose deadline ctx no longer carries.
+func (s *Store) publishFor(ctx context.Context, deadline time.Time, session string, message []byte) {
+	s.publishBy(ctx, deadline, s.keys(session).NotifyChannel(), message)
+}
+
 // publishOn publishes after a committed write, waiting at most PublishWait;
-// its failure never fails the write.
+// its failure never fails the write. When the caller's deadline leaves
+// less than PublishWait, the call does not wait for it: the publish goes
+// on in the background, still bounded by PublishWait.
 func (s *Store) publishOn(ctx context.Context, channel string, message []byte) {
+	deadline, _ := ctx.Deadline()
+	s.publishBy(ctx, deadline, channel, message)
+}
+
+// publishBy is publishOn for a caller whose deadline (zero for none) ctx
+// may no longer carry.
+func (s *Store) publishBy(ctx context.Context, deadline time.Time, channel string, message []byte) {
 	if s.cfg.PublishWait < 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PublishWait)
-	defer cancel()
-	c := s.client
-	if s.cfg.ShardedPubSub {
-		_ = c.Do(ctx, c.B().Spublish().Channel(channel).Message(rueidis.BinaryString(message)).Build()).Error()
+	send := func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PublishWait)
+		defer cancel()
+		c := s.client
+		if s.cfg.ShardedPubSub {
+			_ = c.Do(ctx, c.B().Spublish().Channel(channel).Message(rueidis.BinaryString(message)).Build()).Error()
+			return
+		}
+		_ = c.Do(ctx, c.B().Publish().Channel(channel).Message(rueidis.BinaryString(message)).Build()).Error()
+	}
+	if !deadline.IsZero() && time.Until(deadline) < s.cfg.PublishWait {
+		go send(ctx)
 		return
 	}
-	_ = c.Do(ctx, c.B().Publish().Channel(channel).Message(rueidis.BinaryString(message)).Build()).Error()
+	send(ctx)
 }
 
 // errorf wraps a sentinel with a message about a session.
@@ -410,3 +486,35 @@ func errorf(sentinel error, session, format string, a ...any) error {
 }
 
 var checkSession = check.Session
+
+// readBulkLimit reads the nodes' proto-max-bulk-len (CONFIG GET; a server
+// that refuses CONFIG, or miniredis, leaves the constant in charge): a
+// server configured below a2redis.MaxPayloadBytes would refuse a payload
+// the store accepts, and drop the connection while the payload is still
+// being sent, which a client cannot tell from a network failure.
+func (s *Store) readBulkLimit(ctx context.Context) {
+	for _, n := range s.client.Nodes() {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		reply, err := n.Do(cctx, n.B().ConfigGet().Parameter("proto-max-bulk-len").Build().Pin()).AsStrMap()
+		cancel()
+		if err != nil {
+			continue
+		}
+		v, err := strconv.ParseInt(reply["proto-max-bulk-len"], 10, 64)
+		if err != nil || v <= 0 || v >= a2redis.MaxPayloadBytes {
+			continue
+		}
+		if s.maxBulk == 0 || int(v) < s.maxBulk {
+			s.maxBulk = int(v)
+		}
+	}
+}
+
+// checkServerBulk refuses a value the server would refuse (see
+// readBulkLimit).
+func (s *Store) checkServerBulk(arg string, value []byte) error {
+	if s.maxBulk > 0 && len(value) > s.maxBulk {
+		return check.Invalid(arg, "is %d bytes, more than the server's proto-max-bulk-len (%d)", len(value), s.maxBulk)
+	}
+	return nil
+}

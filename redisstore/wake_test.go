@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/wire"
 	"github.com/a2redis/a2redis/notify"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -20,16 +20,16 @@ import (
 // subscribe collects the session's wake-ups through a notify.SessionWatcher
 // (which marks the session followed: plain appends publish only then) and
 // returns once the subscription is live.
-func subscribe(t *testing.T, e *env, session string) <-chan notify.Message {
+func subscribe(t *testing.T, e *env, session string) <-chan wire.Message {
 	t.Helper()
-	return watchSession(t, e.client, e.store.Prefix(), session)
+	return watchSession(t, e.store, session)
 }
 
-// watchSession is subscribe on any client and prefix. The channel it
-// returns holds up to 1024 wake-ups; more are dropped.
-func watchSession(t *testing.T, client rueidis.Client, prefix, session string) <-chan notify.Message {
+// watchSession is subscribe on any store. The channel it returns holds up
+// to 1024 wake-ups; more are dropped.
+func watchSession(t *testing.T, store *redisstore.Store, session string) <-chan wire.Message {
 	t.Helper()
-	out := make(chan notify.Message, 1024)
+	out := make(chan wire.Message, 1024)
 	live := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -37,7 +37,7 @@ func watchSession(t *testing.T, client rueidis.Client, prefix, session string) <
 		cancel()
 		<-done
 	})
-	w := notify.NewSessionWatcher(client, prefix, notify.WatchOptions{})
+	w := notify.NewSessionWatcher(store, notify.WatchOptions{})
 	go func() {
 		first := true
 		done <- w.Watch(ctx, session, func(n notify.Notice) error {
@@ -46,7 +46,7 @@ func watchSession(t *testing.T, client rueidis.Client, prefix, session string) <
 				first = false
 				close(live)
 			case n.Kind == notify.NoticeMessage:
-				if msg, err := notify.Decode(n.Payload); err == nil {
+				if msg, err := wire.Decode(n.Payload); err == nil {
 					select {
 					case out <- msg:
 					default:
@@ -66,14 +66,14 @@ func watchSession(t *testing.T, client rueidis.Client, prefix, session string) <
 	return out
 }
 
-func next(t *testing.T, ch <-chan notify.Message) notify.Message {
+func next(t *testing.T, ch <-chan wire.Message) wire.Message {
 	t.Helper()
 	select {
 	case m := <-ch:
 		return m
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake-up")
-		return notify.Message{}
+		return wire.Message{}
 	}
 }
 
@@ -87,13 +87,13 @@ func TestWakeUpsCarryTheEvents(t *testing.T) {
 		assert.Equal(t, int64(2), m.Frontier)
 		assert.Equal(t, res.Events[0].CreatedAt.UnixMilli(), m.CreatedAt)
 		require.Len(t, m.Entries, 2)
-		assert.Equal(t, notify.Entry{Index: 1, ID: "a", Type: "t", Payload: json.RawMessage(`{"x": [1, 2]}`)}, m.Entries[0])
+		assert.Equal(t, wire.Entry{Index: 1, ID: "a", Type: "t", Payload: json.RawMessage(`{"x": [1, 2]}`)}, m.Entries[0])
 		assert.Equal(t, "null", string(m.Entries[1].Payload))
 
 		// A lost-ack replay announces the frontier bare.
 		_, err = e.store.Append(e.ctx, "s", []a2redis.Event{{ID: "a", Type: "t"}}, redisstore.AppendOptions{})
 		require.NoError(t, err)
-		assert.Equal(t, notify.Message{Frontier: 1, Bare: true}, next(t, wakes))
+		assert.Equal(t, wire.Message{Frontier: 1, Bare: true}, next(t, wakes))
 
 		// A batch over 32 KiB announces only its frontier.
 		big := make([]a2redis.Event, 40)
@@ -102,7 +102,7 @@ func TestWakeUpsCarryTheEvents(t *testing.T) {
 		}
 		_, err = e.store.Append(e.ctx, "s", big, redisstore.AppendOptions{})
 		require.NoError(t, err)
-		assert.Equal(t, notify.Message{Frontier: 42, Bare: true}, next(t, wakes))
+		assert.Equal(t, wire.Message{Frontier: 42, Bare: true}, next(t, wakes))
 
 		// A clear carries its marker.
 		_, err = e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})

@@ -9,54 +9,50 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
 	"github.com/a2redis/a2redis/internal/scripts"
+	"github.com/a2redis/a2redis/internal/workerreg"
 	"github.com/a2redis/a2redis/keys"
 )
 
 // MaxWorkerHeads is the most held heads a worker record lists
 // (WorkerInfo.Heads); WorkerInfo.HeadsTotal counts them all.
-const MaxWorkerHeads = 100
+const MaxWorkerHeads = workerreg.MaxHeads
 
 // workerPrune is how many expired members one registry write prunes from
 // the listing at most.
 const workerPrune = 100
 
+// GoneWorkerKept is how long the registry's listing keeps a worker whose
+// record expired without a deregistration (a process that died or stopped
+// heartbeating): GoneWorkers reports it for that long, so the views can
+// tell the claims it still holds (until their lease ends) from a live
+// worker's. Workers never lists it.
+const GoneWorkerKept = time.Hour
+
 // WorkerHead is one head a worker holds.
-type WorkerHead struct {
-	// Session is the head's session.
-	Session string `json:"session"`
-	a2redis.HeadRef
+type WorkerHead = workerreg.Head
+
+// WorkerInfo is what a running worker process tells the prefix about
+// itself, as the worker registry holds it (Workers). The worker runtime
+// writes it; the writes are not part of the store's API.
+type WorkerInfo = workerreg.Info
+
+func init() {
+	workerreg.Of = func(store any) workerreg.Writer { return workerWriter{store.(*Store)} }
 }
 
-// WorkerInfo is what a running worker process tells the prefix about itself
-// (RegisterWorker), as the worker registry holds it (Workers).
-type WorkerInfo struct {
-	// ID is the worker's id, the holder of its claims.
-	ID string `json:"id"`
-	// Host is the host it runs on.
-	Host string `json:"host"`
-	// PID is its process id.
-	PID int `json:"pid"`
-	// StartedAt is when it started.
-	StartedAt time.Time `json:"-"`
-	// Consumers are the consumers it handles.
-	Consumers []string `json:"consumers"`
-	// Concurrency is its handler slots.
-	Concurrency int `json:"concurrency"`
-	// InFlight is how many heads it held at its last heartbeat.
-	InFlight int `json:"in_flight"`
-	// Heads are up to MaxWorkerHeads of the heads it held.
-	Heads []WorkerHead `json:"heads"`
-	// HeadsTotal is how many heads it held (Heads may list fewer).
-	HeadsTotal int `json:"heads_total"`
-	// HeartbeatAt is when its record was last written (set by
-	// RegisterWorker from the store's clock).
-	HeartbeatAt time.Time `json:"-"`
-	// ExpiresAt is when its record expires unless refreshed (set by
-	// RegisterWorker: HeartbeatAt + the TTL).
-	ExpiresAt time.Time `json:"-"`
+// workerWriter is a store's worker-registry writes (workerreg.Writer).
+type workerWriter struct{ s *Store }
+
+// Register implements workerreg.Writer.
+func (w workerWriter) Register(ctx context.Context, info WorkerInfo, ttl time.Duration) error {
+	return w.s.registerWorker(ctx, info, ttl)
+}
+
+// Deregister implements workerreg.Writer.
+func (w workerWriter) Deregister(ctx context.Context, id string) error {
+	return w.s.deregisterWorker(ctx, id)
 }
 
 // workerRecord is WorkerInfo as stored: times in epoch ms.
@@ -67,14 +63,9 @@ type workerRecord struct {
 	ExpiresAt   int64 `json:"expires_at"`
 }
 
-// RegisterWorker writes (or refreshes) a worker's record in the prefix's
-// worker registry for ttl: the record expires, and leaves the listing,
-// unless it is written again before. Call it every ttl/3 or so while the
-// worker runs (the worker runtime does) and DeregisterWorker when it stops.
-// One script call on the registry's slot; it also prunes a bounded number
-// of expired members from the listing. Heads beyond MaxWorkerHeads are
-// ErrInvalidArgument (HeadsTotal carries the full count).
-func (s *Store) RegisterWorker(ctx context.Context, info WorkerInfo, ttl time.Duration) error {
+// registerWorker is workerreg.Writer.Register: it writes (or refreshes) a
+// worker's record in the prefix's worker registry for ttl.
+func (s *Store) registerWorker(ctx context.Context, info WorkerInfo, ttl time.Duration) error {
 	if err := check.Name("WorkerInfo.ID", info.ID); err != nil {
 		return err
 	}
@@ -108,10 +99,9 @@ func (s *Store) RegisterWorker(ctx context.Context, info WorkerInfo, ttl time.Du
 	return nil
 }
 
-// DeregisterWorker removes a worker's record from the registry at once (a
-// clean stop); a worker that dies without it disappears when its record
-// expires.
-func (s *Store) DeregisterWorker(ctx context.Context, id string) error {
+// deregisterWorker is workerreg.Writer.Deregister: it removes a worker's
+// record from the registry at once.
+func (s *Store) deregisterWorker(ctx context.Context, id string) error {
 	if err := check.Name("id", id); err != nil {
 		return err
 	}
@@ -128,10 +118,10 @@ func (s *Store) workerBeat(ctx context.Context, id string, now, ttl int64, recor
 	}
 	lua := scripts.All()["worker_beat"].Lua(locking)
 	k := []string{keys.Worker(s.cfg.Prefix, id), keys.Workers(s.cfg.Prefix), keys.WorkersSentinel(s.cfg.Prefix)}
-	args := []string{id, itoa(now), itoa(ttl), record, itoa(workerPrune)}
+	args := []string{id, itoa(now), itoa(ttl), record, itoa(workerPrune), itoa(now - GoneWorkerKept.Milliseconds())}
 	// Repeatable: the same call again writes the same record and expiry.
 	return s.retrying(ctx, true, func(ctx context.Context) error {
-		return lua.Exec(ctx, s.client, k, args).Error()
+		return lua.Exec(ctx, s.scripts, k, args).Error()
 	})
 }
 
@@ -222,6 +212,41 @@ func (s *Store) Workers(ctx context.Context, req PageRequest) (WorkerPage, error
 		page.Workers = append(page.Workers, info)
 	}
 	return page, nil
+}
+
+// goneWorkersPage is how many ids one ZMSCORE of GoneWorkers names.
+const goneWorkersPage = 1000
+
+// GoneWorkers reports which of ids name registered workers whose record
+// expired without a deregistration within GoneWorkerKept — their heartbeat
+// stopped: the process died, hung or lost Redis — with when it expired, by
+// the store's clock. A live worker, one that deregistered (a clean stop),
+// and a holder that never registered (a claim made through the store
+// directly) are not in the result. One read of the registry per 1,000 ids.
+func (s *Store) GoneWorkers(ctx context.Context, ids []string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	now := s.now()
+	c, listing := s.client, keys.Workers(s.cfg.Prefix)
+	for from := 0; from < len(ids); from += goneWorkersPage {
+		page := ids[from:min(from+goneWorkersPage, len(ids))]
+		scores, err := s.do(ctx, c.B().Zmscore().Key(listing).Member(page...).Build()).ToArray()
+		if err != nil {
+			return nil, fmt.Errorf("a2redis: reading the worker registry: %w", err)
+		}
+		for i, v := range scores {
+			at, err := v.AsFloat64()
+			if rueidis.IsRedisNil(err) {
+				continue // not listed
+			}
+			if err != nil {
+				return nil, fmt.Errorf("a2redis: reading the worker registry: %w", err)
+			}
+			if ms := int64(at); ms <= now {
+				out[page[i]] = time.UnixMilli(ms)
+			}
+		}
+	}
+	return out, nil
 }
 
 func decodeWorker(raw string) (WorkerInfo, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/workerreg"
 	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -43,8 +44,8 @@ func workerIDs(ws []redisstore.WorkerInfo) []string {
 
 // A worker's record is listed with what it registered, refreshed by each
 // heartbeat, gone once its TTL passes without one, and gone at once when
-// it deregisters; expired members are pruned from the listing by the next
-// registry write.
+// it deregisters; GoneWorkers reports an expired one for GoneWorkerKept,
+// and the first registry write after that prunes it from the listing.
 func TestWorkerRegistry(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		require.Empty(t, e.workers(0), "no worker registered")
@@ -55,7 +56,7 @@ func TestWorkerRegistry(t *testing.T) {
 			Heads: []redisstore.WorkerHead{{Session: "s", HeadRef: a2redis.HeadRef{Consumer: "billing", Lane: "x", Index: 3}},
 				{Session: "t\n{}", HeadRef: a2redis.HeadRef{Consumer: "mailer", Index: 1}}},
 		}
-		require.NoError(t, e.store.RegisterWorker(e.ctx, info, 10*time.Second))
+		require.NoError(t, workerreg.Of(e.store).Register(e.ctx, info, 10*time.Second))
 		got := e.workers(0)
 		require.Len(t, got, 1)
 		want := info
@@ -67,7 +68,7 @@ func TestWorkerRegistry(t *testing.T) {
 		// A heartbeat refreshes the record and its expiry.
 		e.clock.Advance(6 * time.Second)
 		info.InFlight, info.Heads, info.HeadsTotal = 0, nil, 0
-		require.NoError(t, e.store.RegisterWorker(e.ctx, info, 10*time.Second))
+		require.NoError(t, workerreg.Of(e.store).Register(e.ctx, info, 10*time.Second))
 		got = e.workers(0)
 		require.Len(t, got, 1)
 		require.Equal(t, 0, got[0].InFlight)
@@ -75,19 +76,31 @@ func TestWorkerRegistry(t *testing.T) {
 		require.Equal(t, e.clock.Now().Add(10*time.Second).UnixMilli(), got[0].ExpiresAt.UnixMilli())
 
 		// A second worker with a short TTL that stops heartbeating (killed).
-		require.NoError(t, e.store.RegisterWorker(e.ctx, redisstore.WorkerInfo{ID: "w2", Host: "host-b"}, time.Second))
+		require.NoError(t, workerreg.Of(e.store).Register(e.ctx, redisstore.WorkerInfo{ID: "w2", Host: "host-b"}, time.Second))
 		require.Equal(t, []string{"w1", "w2"}, workerIDs(e.workers(0)))
 		e.clock.Advance(2 * time.Second)
 		require.Equal(t, []string{"w1"}, workerIDs(e.workers(0)), "w2's TTL passed without a heartbeat")
-		// Its listing member stays until a registry write prunes it.
-		_, err := e.client.Do(e.ctx, e.client.B().Zscore().Key(keys.Workers(e.prefix)).Member("w2").Build()).AsFloat64()
+		// GoneWorkers tells it from a live worker, a deregistered one and a
+		// holder that never registered, for GoneWorkerKept.
+		w2Expired := time.UnixMilli(e.clock.Now().Add(-time.Second).UnixMilli())
+		gone, err := e.store.GoneWorkers(e.ctx, []string{"w1", "w2", "never"})
 		require.NoError(t, err)
-		require.NoError(t, e.store.RegisterWorker(e.ctx, info, 10*time.Second))
+		require.Equal(t, map[string]time.Time{"w2": w2Expired}, gone)
+		require.NoError(t, workerreg.Of(e.store).Register(e.ctx, info, 10*time.Second))
+		gone, err = e.store.GoneWorkers(e.ctx, []string{"w2"})
+		require.NoError(t, err)
+		require.Equal(t, map[string]time.Time{"w2": w2Expired}, gone, "a registry write within GoneWorkerKept keeps it")
+		// Its listing member goes with the first registry write past it.
+		e.clock.Advance(redisstore.GoneWorkerKept)
+		require.NoError(t, workerreg.Of(e.store).Register(e.ctx, info, 10*time.Second))
 		_, err = e.client.Do(e.ctx, e.client.B().Zscore().Key(keys.Workers(e.prefix)).Member("w2").Build()).AsFloat64()
-		require.Error(t, err, "the heartbeat pruned the expired member")
+		require.Error(t, err, "the heartbeat pruned the member expired GoneWorkerKept ago")
+		gone, err = e.store.GoneWorkers(e.ctx, []string{"w2"})
+		require.NoError(t, err)
+		require.Empty(t, gone)
 
 		// A clean stop deregisters at once.
-		require.NoError(t, e.store.DeregisterWorker(e.ctx, "w1"))
+		require.NoError(t, workerreg.Of(e.store).Deregister(e.ctx, "w1"))
 		require.Empty(t, e.workers(0))
 		n, err := e.client.Do(e.ctx, e.client.B().Exists().Key(keys.Worker(e.prefix, "w1"), keys.Workers(e.prefix)).Build()).AsInt64()
 		require.NoError(t, err)
@@ -108,7 +121,7 @@ func TestWorkerRecordExpires(t *testing.T) {
 				tg = redistest.Target{Name: tg.Name, Client: func(*testing.T) rueidis.Client { return c }}
 			}
 			e := newEnv(t, tg)
-			require.NoError(t, e.store.RegisterWorker(e.ctx, redisstore.WorkerInfo{ID: "dead"}, 200*time.Millisecond))
+			require.NoError(t, workerreg.Of(e.store).Register(e.ctx, redisstore.WorkerInfo{ID: "dead"}, 200*time.Millisecond))
 			if mr != nil {
 				mr.FastForward(time.Second)
 			}
@@ -132,7 +145,7 @@ func TestWorkersPaged(t *testing.T) {
 			if i%4 == 0 {
 				e.clock.Advance(time.Millisecond) // some share an expiry time
 			}
-			require.NoError(t, e.store.RegisterWorker(e.ctx, redisstore.WorkerInfo{ID: id}, time.Minute))
+			require.NoError(t, workerreg.Of(e.store).Register(e.ctx, redisstore.WorkerInfo{ID: id}, time.Minute))
 		}
 		for _, limit := range []int{1, 2, 5, 100} {
 			require.Equal(t, want, workerIDs(e.workers(limit)), "limit %d", limit)
@@ -143,10 +156,10 @@ func TestWorkersPaged(t *testing.T) {
 func TestWorkerRegistryRefusesBadInput(t *testing.T) {
 	e := newEnv(t, redistest.Targets[0])
 	for _, err := range []error{
-		e.store.RegisterWorker(e.ctx, redisstore.WorkerInfo{}, time.Second),
-		e.store.RegisterWorker(e.ctx, redisstore.WorkerInfo{ID: "w"}, 0),
-		e.store.RegisterWorker(e.ctx, redisstore.WorkerInfo{ID: "w", Heads: make([]redisstore.WorkerHead, redisstore.MaxWorkerHeads+1)}, time.Second),
-		e.store.DeregisterWorker(e.ctx, ""),
+		workerreg.Of(e.store).Register(e.ctx, redisstore.WorkerInfo{}, time.Second),
+		workerreg.Of(e.store).Register(e.ctx, redisstore.WorkerInfo{ID: "w"}, 0),
+		workerreg.Of(e.store).Register(e.ctx, redisstore.WorkerInfo{ID: "w", Heads: make([]redisstore.WorkerHead, redisstore.MaxWorkerHeads+1)}, time.Second),
+		workerreg.Of(e.store).Deregister(e.ctx, ""),
 		func() error { _, err := e.store.Workers(e.ctx, redisstore.PageRequest{After: "x1"}); return err }(),
 	} {
 		require.True(t, errors.Is(err, a2redis.ErrInvalidArgument), "%v", err)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/check"
+	"github.com/a2redis/a2redis/redisstore"
+	"github.com/a2redis/a2redis/schedule"
 )
 
 // Defaults of Config.
@@ -23,8 +25,8 @@ const (
 	// run.
 	DefaultTTL = 30 * time.Second
 	// DefaultMaxFailures dead-letters a head at its fifth failure (lapsed
-	// claims taken over count as failures too).
-	DefaultMaxFailures = 5
+	// claims taken over count as failures too): the store's default.
+	DefaultMaxFailures = redisstore.DefaultMaxFailures
 	// DefaultStopTimeout is how long in-flight handlers may run on after a
 	// stop begins before their contexts are cancelled.
 	DefaultStopTimeout = 10 * time.Second
@@ -42,6 +44,9 @@ const (
 	// index (redisstore.Store.TryRepairReady: one worker per prefix and
 	// interval runs the pass).
 	DefaultRepairEvery = 30 * time.Second
+	// DefaultRetentionEvery is how often the deployment runs a retention
+	// pass when Config.Retention is set.
+	DefaultRetentionEvery = time.Minute
 	// DefaultCompleteLinger is how long completions of one session's heads
 	// wait for that session's other running handlers, to go in one script
 	// call.
@@ -89,9 +94,11 @@ type Config struct {
 	// at most TTL/2.
 	RenewEvery time.Duration
 	// MaxFailures dead-letters a head once its failures reach it, for
-	// every consumer of this worker (it also dead-letters, when claiming,
-	// a head whose lapsed claims reached it). Default DefaultMaxFailures
-	// (5).
+	// every consumer of this worker whose registry entry sets no
+	// a2redis.Consumer.MaxFailures (the entry's wins: one value for the
+	// prefix). It also dead-letters, when claiming, a head whose lapsed
+	// claims reached it (a lapse counts when its holder lost no other head
+	// of the session). Default DefaultMaxFailures (5).
 	MaxFailures int
 	// Backoff is the retry policy of consumers that set none
 	// (WithBackoff). Default DefaultBackoff.
@@ -118,6 +125,15 @@ type Config struct {
 	// and interval runs the pass). Default DefaultRepairEvery (30s);
 	// negative never repairs.
 	RepairEvery time.Duration
+	// Retention, when set, ends or drops the prefix's idle sessions (see
+	// redisstore.RetentionPolicy): every RetentionEvery one worker of the
+	// prefix runs a bounded pass (redisstore.Store.TryRetention), going
+	// on from where the last pass stopped. Nil (the default) keeps every
+	// session.
+	Retention *redisstore.RetentionPolicy
+	// RetentionEvery is how often the deployment runs a retention pass.
+	// Default DefaultRetentionEvery (1 min).
+	RetentionEvery time.Duration
 	// CompleteLinger is how long a completion of a head that returned no
 	// events waits for the session's other running handlers, so that they
 	// complete in one script call. It never waits when none of the
@@ -147,6 +163,11 @@ type Config struct {
 	// Host is the host name the registry shows for this worker. Default
 	// os.Hostname().
 	Host string
+	// Schedules are periodic producers this worker runs while it runs
+	// (package schedule): each appends one event per tick to its session,
+	// exactly once however many workers run the same schedule. Checked by
+	// New (an invalid schedule is an ErrInvalidArgument). Default none.
+	Schedules []schedule.Schedule
 	// Middleware wraps every handler, the first outermost.
 	Middleware []Middleware
 	// Hooks are called at the worker's lifecycle points.
@@ -171,6 +192,9 @@ type Hooks struct {
 	OnOutcome func(ctx context.Context, o Outcome)
 	// OnStop is called when Run is about to return, with its error.
 	OnStop func(err error)
+	// OnRetention is called after each retention pass this worker ran
+	// (Config.Retention), with what it did.
+	OnRetention func(ctx context.Context, r redisstore.RetentionResult)
 }
 
 // OutcomeKind tells what became of a claimed head.
@@ -178,32 +202,34 @@ type OutcomeKind string
 
 // The outcome kinds.
 const (
-	// Completed: the handler succeeded and its completion (with its
+	// OutcomeCompleted: the handler succeeded and its completion (with its
 	// returned events) was recorded.
-	Completed OutcomeKind = "completed"
-	// Failed: the handler failed; the failure was counted and the head
+	OutcomeCompleted OutcomeKind = "completed"
+	// OutcomeFailed: the handler failed; the failure was counted and the head
 	// runs again after RetryAfter.
-	Failed OutcomeKind = "failed"
-	// DeadLettered: the head was dead-lettered: a permanent error, its
+	OutcomeFailed OutcomeKind = "failed"
+	// OutcomeDeadLettered: the head was dead-lettered: a permanent error, its
 	// failures reached MaxFailures, or (with no handler run) its claims
 	// lapsed MaxFailures times.
-	DeadLettered OutcomeKind = "dead_lettered"
-	// Snoozed: the handler asked to run again after RetryAfter (Snooze);
+	OutcomeDeadLettered OutcomeKind = "dead_lettered"
+	// OutcomeSnoozed: the handler asked to run again after RetryAfter (Snooze);
 	// no failure was counted.
-	Snoozed OutcomeKind = "snoozed"
-	// Released: the worker stopped and gave the claim back without
+	OutcomeSnoozed OutcomeKind = "snoozed"
+	// OutcomeReleased: the worker stopped and gave the claim back without
 	// counting a failure; the head runs again in any worker.
-	Released OutcomeKind = "released"
-	// LeaseLost: the claim was lost while the handler ran (another holder
+	OutcomeReleased OutcomeKind = "released"
+	// OutcomeLeaseLost: the claim was lost while the handler ran (another holder
 	// took the head over, or the lease ran out); nothing was recorded.
-	LeaseLost OutcomeKind = "lease_lost"
-	// Superseded: the store refused the outcome because the attempt no
+	OutcomeLeaseLost OutcomeKind = "lease_lost"
+	// OutcomeSuperseded: the store refused the outcome because the attempt no
 	// longer owned its head (a takeover the renewal had not reported yet);
 	// nothing was recorded.
-	Superseded OutcomeKind = "superseded"
-	// WriteFailed: recording the outcome failed (the store call kept
-	// failing); the lease lapses and the head runs again.
-	WriteFailed OutcomeKind = "write_failed"
+	OutcomeSuperseded OutcomeKind = "superseded"
+	// OutcomeWriteFailed: recording the outcome failed (the store gave up after
+	// its own retries, redisstore.Config.Retries: the worker retries
+	// nothing itself); unless a try did commit, the lease lapses and the
+	// head runs again.
+	OutcomeWriteFailed OutcomeKind = "write_failed"
 )
 
 // Outcome is what became of one claimed head.
@@ -212,14 +238,14 @@ type Outcome struct {
 	Head a2redis.HeadEvent
 	// Kind is what became of it.
 	Kind OutcomeKind
-	// Err is the handler's error (Failed, DeadLettered, Snoozed, and
-	// Released when it returned one), or the store's (WriteFailed).
+	// Err is the handler's error (OutcomeFailed, OutcomeDeadLettered, OutcomeSnoozed, and
+	// OutcomeReleased when it returned one), or the store's (OutcomeWriteFailed).
 	Err error
-	// Events are the returned events as stored (Completed).
+	// Events are the returned events as stored (OutcomeCompleted).
 	Events []a2redis.StoredEvent
-	// Failures is the head's failure count after a Failed or DeadLettered.
+	// Failures is the head's failure count after a OutcomeFailed or OutcomeDeadLettered.
 	Failures int64
-	// RetryAfter is the wait before the head runs again (Failed, Snoozed).
+	// RetryAfter is the wait before the head runs again (OutcomeFailed, OutcomeSnoozed).
 	RetryAfter time.Duration
 	// Duration is how long the handler ran (zero when it never ran).
 	Duration time.Duration
@@ -230,6 +256,7 @@ type HandlerSpec struct {
 	consumer    string
 	handler     Handler
 	limit       int
+	rate        redisstore.RateLimit
 	backoff     Backoff
 	timeout     time.Duration
 	middlewares []Middleware
@@ -330,6 +357,17 @@ func withDefaults(cfg Config) (Config, error) {
 	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = DefaultMaxWait
+	}
+	if cfg.RetentionEvery < 0 {
+		return cfg, check.Invalid("Config.RetentionEvery", "is negative (%v)", cfg.RetentionEvery)
+	}
+	if cfg.RetentionEvery == 0 {
+		cfg.RetentionEvery = DefaultRetentionEvery
+	}
+	if cfg.Retention != nil {
+		if _, err := cfg.Retention.Check(); err != nil {
+			return cfg, fmt.Errorf("Config.Retention: %w", err)
+		}
 	}
 	if cfg.RepairEvery == 0 {
 		cfg.RepairEvery = DefaultRepairEvery

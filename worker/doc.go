@@ -66,6 +66,10 @@
 // without counting a failure; a panic is a failure whose recorded error
 // carries the panic value and stack (PanicError).
 //
+// The worker retries no store call itself: its completions, failures and
+// releases are retried by the store (redisstore.Config.Retries), and one
+// the store gave up on is reported as OutcomeWriteFailed.
+//
 // # Shutdown
 //
 // Cancelling Run's context, or calling Shutdown, stops claiming and lets

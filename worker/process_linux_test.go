@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -42,6 +44,7 @@ type proc struct {
 	lines   chan string
 	waited  chan error
 	outcome map[worker.OutcomeKind]int
+	stats   procStats
 }
 
 // lockedBuffer collects a process's stderr; the test reads it while the
@@ -102,8 +105,19 @@ func startProc(t *testing.T, url, prefix, id string, env ...string) *proc {
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.collect(t)
+}
+
+// collect reads a signalled worker process's outcome counts and waits for
+// its clean exit.
+func (p *proc) collect(t *testing.T) {
+	t.Helper()
 	var last string
 	for line := range p.lines {
+		if raw, ok := strings.CutPrefix(line, "stats "); ok {
+			require.NoError(t, json.Unmarshal([]byte(raw), &p.stats), "worker %s printed %q", p.id, line)
+			continue
+		}
 		last = line
 	}
 	require.NoError(t, <-p.waited, "worker %s: %s", p.id, p.stderr.String())
@@ -230,7 +244,7 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 				len(want), atKill, len(byKilled), rerun, procs[0].outcome, procs[2].outcome)
 			for _, p := range []*proc{procs[0], procs[2]} {
 				for kind := range p.outcome {
-					assert.Contains(t, []worker.OutcomeKind{worker.Completed}, kind, "%s: %v", p.id, p.outcome)
+					assert.Contains(t, []worker.OutcomeKind{worker.OutcomeCompleted}, kind, "%s: %v", p.id, p.outcome)
 				}
 			}
 
@@ -280,9 +294,9 @@ func TestPausedWorkerProcessLosesToTheTakeover(t *testing.T) {
 			paused.stop(t)
 			taker.stop(t)
 			t.Logf("paused: %v, taker: %v", paused.outcome, taker.outcome)
-			assert.Equal(t, map[worker.OutcomeKind]int{worker.Completed: 1}, taker.outcome)
-			assert.Zero(t, paused.outcome[worker.Completed], "the paused worker's completion is not recorded")
-			assert.Equal(t, 1, paused.outcome[worker.LeaseLost]+paused.outcome[worker.Superseded], "it learns the lease was lost: %v", paused.outcome)
+			assert.Equal(t, map[worker.OutcomeKind]int{worker.OutcomeCompleted: 1}, taker.outcome)
+			assert.Zero(t, paused.outcome[worker.OutcomeCompleted], "the paused worker's completion is not recorded")
+			assert.Equal(t, 1, paused.outcome[worker.OutcomeLeaseLost]+paused.outcome[worker.OutcomeSuperseded], "it learns the lease was lost: %v", paused.outcome)
 			events, err := e.store.Read(e.ctx, "s", 0, 0)
 			require.NoError(t, err)
 			var done []a2redis.StoredEvent
@@ -294,6 +308,136 @@ func TestPausedWorkerProcessLosesToTheTakeover(t *testing.T) {
 			require.Len(t, done, 1)
 			assert.JSONEq(t, `"taker"`, string(done[0].Payload))
 			assert.Equal(t, int64(2), done[0].Cause.Attempt)
+		})
+	}
+}
+
+// One event's handler exits its process (os.Exit) every time it runs;
+// three worker processes run in a restart loop over a session with lane,
+// event and typed log heads. The crashing head is dead-lettered after
+// MaxFailures with the takeovers' reason, and every other head of the
+// session completes exactly once: a crash takes down only itself.
+func TestCrashingHandlerTakesDownOnlyItself(t *testing.T) {
+	for _, tg := range processTargets {
+		t.Run(tg.name, func(t *testing.T) {
+			e := newProcessEnv(t, tg.url(t))
+			const maxFailures = 3
+			const session = "s"
+			want := map[string]bool{}
+			var batch []a2redis.Event
+			for j := range 6 {
+				typ, payload := "t.plain", json.RawMessage(`"ok"`)
+				if j%2 == 0 {
+					typ = "t.audit"
+				}
+				if j == 0 {
+					payload = json.RawMessage(`"crash"`) // ev's handler exits on it
+				}
+				lane := fmt.Sprintf("L%d", j%2)
+				batch = append(batch, a2redis.Event{Type: typ, Payload: payload, Targets: []a2redis.Target{{Consumer: "ev"}, {Consumer: "ln", Lane: lane}}})
+				idx := int64(j + 1)
+				want[fmt.Sprintf("%s/ev//%d", session, idx)] = true
+				want[fmt.Sprintf("%s/ln/%s/%d", session, lane, idx)] = true
+				if typ == "t.audit" {
+					want[fmt.Sprintf("%s/audit/audit/%d", session, idx)] = true
+				}
+			}
+			crasher := session + "/ev//1"
+			e.append(session, batch...)
+
+			// A lease of 3s: with 1s, a live process slowed by -race and a
+			// loaded machine let leases lapse unrenewed, and those lapses
+			// count failures too (CI dead-lettered a plain head that way).
+			env := []string{"TW_TTL=3s", "TW_CONCURRENCY=8", "TW_DELAY_MIN=20ms", "TW_DELAY_MAX=60ms", "TW_HEARTBEAT=1s",
+				"TW_CRASH=ev", fmt.Sprintf("TW_MAX_FAILURES=%d", maxFailures)}
+			gen := 0
+			start := func(slot int) *proc {
+				gen++
+				return startProc(t, e.url, e.prefix, fmt.Sprintf("p%d.%d", slot, gen), env...)
+			}
+			slots := []*proc{start(0), start(1), start(2)}
+			crashes, otherExits := 0, 0
+			deadline := time.Now().Add(eventuallyWait)
+			settled := func() bool {
+				dead, err := e.store.DeadLetters(e.ctx, session)
+				require.NoError(t, err)
+				return len(dead) > 0 && e.idle()
+			}
+			for !settled() {
+				require.False(t, time.Now().After(deadline), "timed out: %d crashes", crashes)
+				for i, p := range slots {
+					select {
+					case err := <-p.waited:
+						var exit *exec.ExitError
+						if errors.As(err, &exit) && exit.ExitCode() == exitCrash {
+							crashes++
+						} else {
+							otherExits++
+							t.Logf("%s exited: %v: %s", p.id, err, p.stderr.String())
+						}
+						slots[i] = start(i) // the restart loop
+					default:
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for _, p := range slots {
+				if err := p.cmd.Process.Signal(syscall.SIGTERM); errors.Is(err, os.ErrProcessDone) {
+					// It crashed after the last look: it ran the crashing
+					// head on a claim it held past its lease (slow under
+					// -race) while another took it over and dead-lettered it.
+					var exit *exec.ExitError
+					if err := <-p.waited; errors.As(err, &exit) && exit.ExitCode() == exitCrash {
+						crashes++
+					} else {
+						otherExits++
+						t.Logf("%s exited: %v: %s", p.id, err, p.stderr.String())
+					}
+					continue
+				}
+				p.collect(t)
+			}
+			assert.Zero(t, otherExits, "no process ended but by the crash")
+
+			dead, err := e.store.DeadLetters(e.ctx, session)
+			require.NoError(t, err)
+			require.Len(t, dead, 1)
+			d := dead[0]
+			assert.Equal(t, a2redis.HeadRef{Consumer: "ev", Index: 1}, d.Ref(), "only the crashing head is dead-lettered")
+			assert.Equal(t, int64(maxFailures), d.Failures)
+			assert.Regexp(t, `^lease expired: held by p\d\.\d+ until \S+Z, taken over by p\d\.\d+ at \S+Z$`, d.LastError)
+
+			total := e.hash(fxRuns(e.prefix))
+			assert.Len(t, total, len(want), "no head ran that was not appended")
+			assert.Equal(t, crashes, total[crasher], "every run of the crashing head crashed its process")
+			rerun := 0
+			for head := range want {
+				require.GreaterOrEqual(t, total[head], 1, "%s ran", head)
+				if head != crasher && total[head] > 1 {
+					rerun++
+				}
+			}
+			for _, c := range e.cursors(session) {
+				if c.Head > 0 {
+					assert.Equal(t, "ev", c.Consumer, "%s/%s@%d: nothing left but the dead head", c.Consumer, c.Lane, c.Head)
+					assert.False(t, c.DeadLetteredAt.IsZero())
+				}
+			}
+			events, err := e.store.Read(e.ctx, session, 0, 0)
+			require.NoError(t, err)
+			returned := map[int64]int{}
+			for _, ev := range events {
+				if ev.Type == "ev.done" {
+					returned[ev.Cause.Index]++
+				}
+			}
+			assert.Equal(t, map[int64]int{3: 1, 5: 1}, returned, "each returned event appended once")
+			for _, lane := range []string{"L0", "L1"} {
+				order := e.list(fxOrder(e.prefix, session, lane))
+				assert.True(t, sort.SliceIsSorted(order, func(i, j int) bool { return order[i] < order[j] }), "%s ran in order: %v", lane, order)
+			}
+			t.Logf("%d heads; %d crashes (the crashing head ran %d times, %d failures counted: %q); %d other heads completed, %d of them run more than once (in flight in a crashed process); dead letters: 1",
+				len(want), crashes, total[crasher], d.Failures, d.LastError, len(want)-1, rerun)
 		})
 	}
 }

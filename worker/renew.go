@@ -11,6 +11,9 @@ import (
 	"github.com/a2redis/a2redis/redisstore"
 )
 
+// renewParallel bounds the RenewClaims calls of one round in flight at once.
+const renewParallel = 16
+
 // renewLoop renews the held claims every RenewEvery until ctx ends.
 func (w *Worker) renewLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.RenewEvery)
@@ -71,10 +74,10 @@ func (w *Worker) renew(ctx context.Context) {
 }
 
 func (w *Worker) renewSession(ctx context.Context, session string, jobs []*job) {
-	claims := make([]redisstore.Claim, len(jobs))
+	claims := make([]redisstore.Attempt, len(jobs))
 	byRef := make(map[a2redis.HeadRef]*job, len(jobs))
 	for i, j := range jobs {
-		claims[i] = redisstore.Claim{HeadRef: j.head.Ref(), Attempt: j.head.Attempts}
+		claims[i] = redisstore.AttemptOf(j.head)
 		byRef[j.head.Ref()] = j
 	}
 	sent := time.Now()

@@ -82,9 +82,9 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 		require.NoError(t, a.stop(), "a clean stop")
 		kindsA := outA.kinds()
 		t.Logf("worker a: %v", kindsA)
-		assert.Positive(t, kindsA[worker.Released], "the stop cancelled handlers that outran StopTimeout and released their claims")
+		assert.Positive(t, kindsA[worker.OutcomeReleased], "the stop cancelled handlers that outran StopTimeout and released their claims")
 		for kind := range kindsA {
-			assert.Contains(t, []worker.OutcomeKind{worker.Completed, worker.Released}, kind)
+			assert.Contains(t, []worker.OutcomeKind{worker.OutcomeCompleted, worker.OutcomeReleased}, kind)
 		}
 		left := 0
 		for i := range sessions {
@@ -111,7 +111,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 		}
 		mu.Unlock()
 		for _, o := range outB.all() {
-			assert.Equal(t, worker.Completed, o.Kind)
+			assert.Equal(t, worker.OutcomeCompleted, o.Kind)
 			assert.Zero(t, o.Head.Failures, "%s: no failure was ever counted", headName(o.Head))
 		}
 		for i := range sessions {

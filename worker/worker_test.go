@@ -107,7 +107,7 @@ func TestRunsEveryKindOfConsumer(t *testing.T) {
 			}
 			assert.Equal(t, 1, sent, "session %s: the returned event was appended once", session)
 		}
-		assert.Equal(t, map[worker.OutcomeKind]int{worker.Completed: len(want)}, out.kinds())
+		assert.Equal(t, map[worker.OutcomeKind]int{worker.OutcomeCompleted: len(want)}, out.kinds())
 	})
 }
 
@@ -213,9 +213,9 @@ func TestMiddlewareAndHooks(t *testing.T) {
 		}, worker.WithMiddleware(layer("own"))))
 		<-started
 		e.append("s", a2redis.Event{Type: "ok", Targets: []a2redis.Target{{Consumer: "c", Lane: "x"}}})
-		e.eventually("the first head", func() bool { return out.count(worker.Completed) == 1 })
+		e.eventually("the first head", func() bool { return out.count(worker.OutcomeCompleted) == 1 })
 		e.append("s", a2redis.Event{Type: "boom", Targets: []a2redis.Target{{Consumer: "c", Lane: "x"}}})
-		e.eventually("the panic", func() bool { return out.count(worker.Failed) == 1 })
+		e.eventually("the panic", func() bool { return out.count(worker.OutcomeFailed) == 1 })
 		require.NoError(t, r.stop())
 		assert.NoError(t, <-stopped)
 		mu.Lock()
@@ -336,10 +336,10 @@ func TestAllConsumers(t *testing.T) {
 			}))
 		e.append("s", a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "known"}, {Consumer: "unknown"}}})
 		e.eventually("both outcomes", func() bool { return len(out.all()) == 2 })
-		assert.Equal(t, map[worker.OutcomeKind]int{worker.Completed: 1, worker.Failed: 1}, out.kinds())
+		assert.Equal(t, map[worker.OutcomeKind]int{worker.OutcomeCompleted: 1, worker.OutcomeFailed: 1}, out.kinds())
 		assert.Equal(t, int64(1), ran.Load())
 		for _, o := range out.all() {
-			if o.Kind == worker.Failed {
+			if o.Kind == worker.OutcomeFailed {
 				assert.ErrorIs(t, o.Err, worker.ErrNoHandler)
 			}
 		}

@@ -3,7 +3,8 @@
 // Redis (Redis 7+, Valkey, Upstash, Redis Cluster). It is light on the
 // server (everything is read page by page, each page a short call of its
 // own, so even a session of millions of heads never stalls production),
-// safe (every command but redrive only reads, and redrive asks first;
+// safe (every command but redrive, cancel, drop, pause, resume and
+// repair-session only reads, and redrive, cancel, drop and repair-session ask first;
 // serve only reads unless started with --allow-writes;
 // tail -f sets only the session's expiring 'followed' mark, which makes
 // appends publish their wake-ups) and
@@ -24,13 +25,22 @@
 //	info                            layout of the prefix, key-locking support, server kinds and versions, cluster or not
 //	sessions                        sessions under the prefix (sorted) with head, clear marker, runnable and dead heads
 //	log SESSION                     a session's events in index order
-//	tail SESSION                    the newest events; -f follows new ones live (causes included) until Ctrl-C
+//	tail SESSION                    the newest events; -f follows new ones live (causes included) until Ctrl-C, waiting for a session not there yet
 //	cursors SESSION                 every consumer's cursor: position, head, LAG, STATE, claim, failures
 //	dead SESSION                    dead-lettered heads with their last error
-//	redrive SESSION CONSUMER INDEX  --retry or --skip a dead-lettered head (the only command that writes)
+//	redrive SESSION CONSUMER INDEX  --retry or --skip a dead-lettered head (writes, asks first)
 //	redrive SESSION --all           --retry or --skip every dead-lettered head (--consumer, --lane filter)
+//	cancel SESSION CONSUMER INDEX   skip a head that has not completed, without running it (writes)
+//	head SESSION CONSUMER INDEX     one head: its state while its cursor stands on it, else completed (by which attempt), skipped or cancelled
+//	repair-session SESSION          mend a session an older release wedged: remove the log entries above its counter (writes, asks first)
 //	presence SESSION                live presence fields
 //	workers                         live worker processes: host, pid, heartbeat, consumers, in flight, held heads
+//	consumers [list]                the prefix's consumer registry: name, kind, lane, types, start
+//	consumers add|remove NAME       register (--log-lane L --types T,U --backfill) or remove a consumer (writes)
+//	consumers backfill NAME         start a typed log consumer's cursor in every session, SCAN page by page (writes)
+//	pause NAME / resume NAME        pause a consumer prefix-wide (claims skip it, its heads wait) / resume it and wake the workers (writes)
+//	schedules                       periodic producers (package schedule): spec, session, next and newest tick
+//	rates [CONSUMER]                rate limits at work: each consumer's running window, its starts and when it ends
 //	ready                           sessions with work (the ready index) per shard, and since when; --stats per shard
 //	serve                           the web dashboard (see Dashboard)
 //
@@ -45,6 +55,11 @@
 //	          event cursor); --all (every dead letter of SESSION, counted
 //	          and confirmed first, then one Redrive call each, page by
 //	          page), with --consumer C and --lane L as filters
+//	cancel    --yes/-y (no confirmation), --lane L (which cursor, when the
+//	          consumer has several heads at INDEX; '' is its event cursor)
+//	head      --lane L (the consumer's lane cursor)
+//	repair-session
+//	          --yes/-y (no confirmation)
 //	ready     --stats (one row per shard: due, held, oldest, next),
 //	          --shard N, --limit N
 //
@@ -95,7 +110,8 @@
 //	sessions  {"session", "head", "clear_index", "runnable",
 //	           "dead_lettered"} (when --limit cut the scan, stderr says so)
 //	log, tail {"index", "id", "type", "created_at", "cause" (null or
-//	           {"consumer", "lane", "index", "attempt"}), "payload"}
+//	           {"consumer", "lane", "index", "attempt"}), "payload",
+//	           "not_before" (a scheduled event only)}
 //	cursors   {"session", "consumer", "kind" ("event", "lane", "log"),
 //	           "lane", "position", "head" (0: none), "lag", "state",
 //	           "attempts", "failures", "holder", "first_claimed_at",
@@ -110,6 +126,14 @@
 //	           "expires_at", "consumers", "concurrency", "in_flight", "held"
 //	           (heads held), "heads": [{"session", "consumer", "lane",
 //	           "index"}] (up to 100)}
+//	consumers {"name", "kind" ("events", "log"), "lane", "types", "backfill",
+//	           "paused"}
+//	consumers backfill
+//	          {"session", "head"} per session with work, then {"sessions",
+//	          "with_work"}
+//	schedules {"name", "spec", "session", "type", "next", "last", "by",
+//	           "seen"}
+//	rates     {"consumer", "starts", "ends_in_ms"}
 //	ready     {"shard", "session", "state" ("due", "held"), "at"};
 //	          with --stats {"shard", "due", "held", "oldest", "next"}
 //	redrive --all
@@ -123,10 +147,21 @@
 //	           "nodes": [{"addr", "server", "version", "role", "error"}]}
 //	redrive   {"session", "consumer", "lane", "index", "action" ("retry",
 //	           "skip"), "redriven", "has_pending"}
+//	cancel    {"session", "consumer", "lane", "index", "outcome"
+//	           ("cancelled", "dead-lettered", "not-found"), "attempts",
+//	           "has_pending"}
+//	head      {"session", "consumer", "lane", "index", "state" (a cursor
+//	           state, "completed", "skipped", "cancelled", "not-reached"),
+//	           "attempt", "at"}
+//	repair-session
+//	          {"session", "head", "removed" (the indexes removed), "copied"}
 //
 // A cursor's state is one of idle (no head: caught up), ready (waiting for a
-// worker), claimed (a worker holds an unexpired claim), lapsed (the claim
-// expired unreported; the next claim takes it over and counts a failure),
+// worker), claimed (a worker holds an unexpired claim), orphaned (an
+// unexpired claim of a worker whose heartbeat stopped: its record left the
+// worker registry, nothing runs the head, and the next claim takes it over
+// once claim_expires_at passes), lapsed (the claim expired unreported; the
+// next claim takes it over and counts a failure),
 // retry-wait (a failure holds it back until claim_expires_at) and dead
 // (dead-lettered: stuck until redriven). lag is how far behind a cursor is:
 // the events appended since its head (session head - head + 1), 0 for a
@@ -151,11 +186,21 @@
 // on the server with html/template, its CSS and JS embedded in the binary
 // (no CDN; works offline):
 //
-//	/                      overview: the ready index per shard (due, held,
-//	                       oldest ready age), sessions with work and their
-//	                       dead letters, sessions with dead letters among the
-//	                       first scan page, lag per consumer, workers alive;
-//	                       refreshes every 5 s
+//	/                      overview per consumer: due, in flight, held,
+//	                       dead, completed and failed per minute, oldest due
+//	                       age; charts of throughput, failures and backlog
+//	                       over the last hour, sampled every 10 s by the
+//	                       serving process (/stats.json); workers alive;
+//	                       refreshes every 10 s
+//	/dead                  dead letters across sessions, filtered by
+//	                       consumer and error text (≤ 100 a page); with
+//	                       --allow-writes, Retry all / Skip all of the filter
+//	                       (confirmed; batches of ≤ 100 with a progress page,
+//	                       /dead/job, resumable after an error)
+//	/shards                the ready index per shard (due, held, oldest ready
+//	                       age), sessions with work, sessions with dead
+//	                       letters among the first scan page, lag per
+//	                       consumer
 //	/sessions?q=PREFIX     sessions whose id starts with PREFIX (SCAN, never
 //	                       KEYS; ≤ 100 a page, "more…" resumes the scan)
 //	/session?id=SESSION    cursors, dead letters (Retry / Skip, single or

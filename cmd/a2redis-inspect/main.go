@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/a2redis/a2redis/internal/inspect"
+	"github.com/a2redis/a2redis/cmd/a2redis-inspect/inspect"
 )
 
 func main() {

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
-	"github.com/a2redis/a2redis/internal/inspect"
+	"github.com/a2redis/a2redis/cmd/a2redis-inspect/inspect"
 	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/redisstore"
 )

@@ -113,6 +113,11 @@ func run(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	defer reg.Unregister()
+	deadReg, err := inst.ObserveDeadLetters(store)
+	if err != nil {
+		return err
+	}
+	defer deadReg.Unregister()
 
 	srv := &http.Server{Handler: promhttp.HandlerFor(registry, promhttp.HandlerOpts{})}
 	go func() {
@@ -127,7 +132,10 @@ func run(ctx context.Context, ln net.Listener) error {
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		MaxFailures: 3,
 		Middleware:  []worker.Middleware{inst.Middleware()},
-		Hooks:       worker.Hooks{OnOutcome: inst.OnOutcome},
+		// Sessions idle for a day end (clear + reclaim); each pass is
+		// counted by a2redis.retention.passes and .sessions.
+		Retention: &redisstore.RetentionPolicy{IdleFor: 24 * time.Hour},
+		Hooks:     worker.Hooks{OnOutcome: inst.OnOutcome, OnRetention: inst.OnRetention},
 	},
 		worker.Handle("mailer", func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
 			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)

@@ -39,6 +39,10 @@ func TestScrape(t *testing.T) {
 		"a2redis_worker_outcomes_total",
 		"a2redis_ready_sessions",
 		"a2redis_ready_oldest_age_seconds",
+		"a2redis_dead_letters",
+		"a2redis_dead_letters_oldest_age_seconds",
+		"a2redis_retention_passes_total",
+		"a2redis_retention_sessions_total",
 	}
 	var body string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {

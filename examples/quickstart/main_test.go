@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/a2redis/a2redis/internal/inspect"
+	"github.com/a2redis/a2redis/cmd/a2redis-inspect/inspect"
 	"github.com/a2redis/a2redis/internal/redistest"
 )
 

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/keys"
 )
 
 // Invalid returns an *a2redis.ArgumentError for arg: the error every
@@ -19,10 +20,19 @@ func Invalid(arg, format string, a ...any) error {
 	return &a2redis.ArgumentError{Arg: arg, Problem: fmt.Sprintf(format, a...)}
 }
 
-// Session refuses an empty session id (any other string is fine).
+// Session refuses an empty session id or one longer than
+// a2redis.MaxNameBytes (any other string is fine).
 func Session(session string) error {
 	if session == "" {
 		return Invalid("session", "is empty")
+	}
+	return length("session", session)
+}
+
+// length refuses a name longer than a2redis.MaxNameBytes.
+func length(arg, name string) error {
+	if len(name) > a2redis.MaxNameBytes {
+		return Invalid(arg, "is %d bytes, more than a2redis.MaxNameBytes (%d)", len(name), a2redis.MaxNameBytes)
 	}
 	return nil
 }
@@ -37,10 +47,11 @@ func Type(arg, t string) error {
 	case t == a2redis.ClearEventType:
 		return Invalid(arg, "%q is reserved for clear markers", t)
 	}
-	return nil
+	return length(arg, t)
 }
 
-// Name refuses an empty or non-UTF-8 name (consumers, holders, reducers).
+// Name refuses an empty, non-UTF-8 or too long name (consumers, holders,
+// reducers).
 func Name(arg, name string) error {
 	switch {
 	case name == "":
@@ -48,13 +59,30 @@ func Name(arg, name string) error {
 	case !utf8.ValidString(name):
 		return Invalid(arg, "is not valid UTF-8")
 	}
-	return nil
+	return length(arg, name)
 }
 
-// Lane refuses a non-UTF-8 lane (empty means no lane).
+// Lane refuses a non-UTF-8 or too long lane (empty means no lane).
 func Lane(arg, lane string) error {
 	if !utf8.ValidString(lane) {
 		return Invalid(arg, "is not valid UTF-8")
+	}
+	return length(arg, lane)
+}
+
+// Payload refuses a value larger than a2redis.MaxPayloadBytes.
+func Payload(arg string, payload []byte) error {
+	if len(payload) > a2redis.MaxPayloadBytes {
+		return Invalid(arg, "is %d bytes, more than a2redis.MaxPayloadBytes (%d)", len(payload), a2redis.MaxPayloadBytes)
+	}
+	return nil
+}
+
+// Count refuses a list of n items (what names them) longer than max (a
+// limit the caller names in limit, e.g. "Config.MaxBatch").
+func Count(arg, what string, n, max int, limit string) error {
+	if n > max {
+		return Invalid(arg, "holds %d %s, more than %s (%d)", n, what, limit, max)
 	}
 	return nil
 }
@@ -104,18 +132,24 @@ type Event struct {
 	ID      string
 	Type    string
 	Payload json.RawMessage
+	// NotBefore is the event's scheduled time in epoch milliseconds; 0 when
+	// it is not scheduled.
+	NotBefore int64
 }
 
 // Batch validates a batch of events — at most maxBatch, each with a valid
-// type, a JSON payload, an id unique in the batch, and valid, non-repeated
-// targets — and fills in ids from ids() in order and null payloads. arg
-// names the batch in errors.
+// type, a JSON payload of at most a2redis.MaxPayloadBytes, an id unique in
+// the batch, and valid, non-repeated targets (at most
+// a2redis.MaxTargetsPerEvent, a2redis.MaxBatchTargets over the batch), at
+// most a2redis.MaxBatchBytes in all — and fills in ids from ids() in order
+// and null payloads. arg names the batch in errors.
 func Batch(events []a2redis.Event, arg string, maxBatch int, ids func() string) ([]Event, error) {
 	if len(events) > maxBatch {
 		return nil, Invalid(arg, "holds %d events, more than the maximum batch of %d", len(events), maxBatch)
 	}
 	out := make([]Event, len(events))
 	seen := make(map[string]int, len(events))
+	targets, size := 0, 0
 	for i, e := range events {
 		// Argument names are formatted only for an error: this is the hot path.
 		at := func(field string) string { return fmt.Sprintf("%s[%d].%s", arg, i, field) }
@@ -123,6 +157,9 @@ func Batch(events []a2redis.Event, arg string, maxBatch int, ids func() string) 
 			return nil, Type(at("Type"), e.Type)
 		}
 		payload := e.Payload
+		if err := Payload("", payload); err != nil {
+			return nil, Payload(at("Payload"), payload)
+		}
 		if len(payload) == 0 {
 			payload = json.RawMessage("null")
 		} else if !json.Valid(payload) {
@@ -131,24 +168,63 @@ func Batch(events []a2redis.Event, arg string, maxBatch int, ids func() string) 
 		id := e.ID
 		if id == "" {
 			id = ids()
+		} else if err := length("", id); err != nil {
+			return nil, length(at("ID"), id)
 		}
 		if j, dup := seen[id]; dup {
 			return nil, Invalid(at("ID"), "repeats the id of %s[%d] (%q)", arg, j, id)
 		}
 		seen[id] = i
+		size += len(id) + len(e.Type) + len(payload)
 		if len(e.Targets) > 0 {
 			if err := Targets(at("Targets"), e.Targets); err != nil {
 				return nil, err
 			}
+			if targets += len(e.Targets); targets > a2redis.MaxBatchTargets {
+				return nil, Invalid(at("Targets"), "brings the batch's targets to %d, more than a2redis.MaxBatchTargets (%d)", targets, a2redis.MaxBatchTargets)
+			}
+			for _, t := range e.Targets {
+				size += len(t.Consumer) + len(t.Lane)
+			}
 		}
-		out[i] = Event{ID: id, Type: e.Type, Payload: payload}
+		if size > a2redis.MaxBatchBytes {
+			return nil, Invalid(at("Payload"), "brings the batch to %d bytes, more than a2redis.MaxBatchBytes (%d)", size, a2redis.MaxBatchBytes)
+		}
+		nb, err := NotBefore(at("NotBefore"), e.NotBefore, len(e.Targets))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Event{ID: id, Type: e.Type, Payload: payload, NotBefore: nb}
 	}
 	return out, nil
 }
 
-// Targets refuses a target without a consumer, with a non-UTF-8 lane, or
-// named twice.
+// NotBefore validates an event's scheduled time: zero (not scheduled), or
+// a time after 1970 and before keys.HeldOffset milliseconds (a held head
+// scores keys.HeldOffset + its time in the runnable set, which must stay an
+// exact float) on an event with targets (a schedule holds its targets'
+// heads; without any it would hold nothing). It returns the time in epoch
+// milliseconds, 0 for none.
+func NotBefore(arg string, t time.Time, targets int) (int64, error) {
+	if t.IsZero() {
+		return 0, nil
+	}
+	ms := t.UnixMilli()
+	switch {
+	case ms < 1 || ms >= keys.HeldOffset:
+		return 0, Invalid(arg, "is %v, outside 1970 … %v", t, time.UnixMilli(keys.HeldOffset-1).UTC())
+	case targets == 0:
+		return 0, Invalid(arg, "is set on an event without targets (it holds only targets' heads)")
+	}
+	return ms, nil
+}
+
+// Targets refuses more than a2redis.MaxTargetsPerEvent targets, or a
+// target without a consumer, with a non-UTF-8 lane, or named twice.
 func Targets(arg string, targets []a2redis.Target) error {
+	if err := Count(arg, "targets", len(targets), a2redis.MaxTargetsPerEvent, "a2redis.MaxTargetsPerEvent"); err != nil {
+		return err
+	}
 	seen := make(map[a2redis.Target]bool, len(targets))
 	for i, t := range targets {
 		at := fmt.Sprintf("%s[%d]", arg, i)
@@ -190,6 +266,12 @@ func Presence(participant string, at time.Time, ttl time.Duration, values map[st
 		if !utf8.ValidString(name) {
 			return nil, Invalid(fmt.Sprintf("Values[%q]", name), "field name is not valid UTF-8")
 		}
+		if err := length(fmt.Sprintf("Values[%q]", name), name); err != nil {
+			return nil, err
+		}
+		if err := Payload(fmt.Sprintf("Values[%q]", name), value); err != nil {
+			return nil, err
+		}
 		if len(value) > 0 && !json.Valid(value) {
 			return nil, Invalid(fmt.Sprintf("Values[%q]", name), "is not valid JSON")
 		}
@@ -214,6 +296,7 @@ func Snapshots(n, maxBatch int, write func(i int) (index int64, state json.RawMe
 		return nil, Invalid("writes", "holds %d writes, more than the maximum batch of %d", n, maxBatch)
 	}
 	byIndex := make(map[int64]*Snapshot, n)
+	pinned := 0
 	seen := make(map[int64]map[a2redis.HeadRef]bool, n)
 	for i := range n {
 		index, state, pins := write(i)
@@ -223,6 +306,12 @@ func Snapshots(n, maxBatch int, write func(i int) (index int64, state json.RawMe
 		}
 		if len(state) == 0 {
 			return nil, Invalid(at+".State", "is empty (store JSON null explicitly)")
+		}
+		if err := Payload(at+".State", state); err != nil {
+			return nil, err
+		}
+		if pinned += len(pins); pinned > maxBatch {
+			return nil, Invalid(at+".Pins", "brings the pins to %d, more than the maximum batch of %d", pinned, maxBatch)
 		}
 		if !json.Valid(state) {
 			return nil, Invalid(at+".State", "is not valid JSON")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -331,6 +333,18 @@ func (c *ClusterInstance) agreed(ctx context.Context) error {
 	return c.rolesAgreed(ctx)
 }
 
+// WaitSettled waits (within ctx, at most 30s) until every live node,
+// replicas included, reports cluster_state:ok, sees the same live owner of
+// every slot and knows every node's role: before a master is killed, so
+// that its replica knows every slot it is to take over (a slot handed to
+// the master moments before may not have reached the replica yet, and a
+// promotion then leaves it unassigned).
+func (c *ClusterInstance) WaitSettled(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	return c.waitAgreed(ctx)
+}
+
 // waitAgreed waits until agreed passes, within ctx.
 func (c *ClusterInstance) waitAgreed(ctx context.Context) error {
 	for {
@@ -463,7 +477,7 @@ func (c *ClusterInstance) Restart(ctx context.Context, addr string) error {
 	_, portStr, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portStr)
 	args := slices.Clone(old.cmd.Args[1:])
-	p, err := launch(filepath.Dir(old.logPath), "node", func() (int, error) { return port, nil }, func(int) []string { return args })
+	p, err := launch(old.bin, filepath.Dir(old.logPath), "node", func() (int, error) { return port, nil }, func(int) []string { return args })
 	if err != nil {
 		c.mu.Unlock()
 		return fmt.Errorf("redistest: restart %s: %w", addr, err)
@@ -471,11 +485,52 @@ func (c *ClusterInstance) Restart(ctx context.Context, addr string) error {
 	c.procs[i] = p
 	delete(c.killed, addr)
 	c.mu.Unlock()
-	if err := c.waitAgreed(ctx); err != nil {
-		return fmt.Errorf("redistest: after restarting %s: %w", addr, err)
+	wctx, wcancel := context.WithTimeout(ctx, clusterTimeout/2)
+	err = c.waitAgreed(wctx)
+	wcancel()
+	if err != nil {
+		// Redis 7.0 has left a slot served by no node after a promotion
+		// under load (cluster_slots_assigned:16383, seen once in the
+		// chaos test under -race): what an operator then runs is
+		// `redis-cli --cluster fix`, which gives the slot to the node
+		// holding its keys. Anything else wrong stays an error.
+		fixed, ferr := c.fixUncovered(ctx)
+		if ferr != nil {
+			return fmt.Errorf("redistest: after restarting %s: %w (and fixing uncovered slots: %v)", addr, err, ferr)
+		}
+		// Fixed or not (a slow agreement), wait out the rest of the budget.
+		if err := c.waitAgreed(ctx); err != nil {
+			if fixed {
+				return fmt.Errorf("redistest: after restarting %s and fixing uncovered slots: %w", addr, err)
+			}
+			return fmt.Errorf("redistest: after restarting %s: %w", addr, err)
+		}
 	}
 	if err := c.WaitSynced(ctx); err != nil {
 		return fmt.Errorf("redistest: after restarting %s: %w", addr, err)
 	}
 	return nil
+}
+
+// fixUncovered runs `redis-cli --cluster fix` when a live node reports a
+// slot no node serves, and says whether it ran (writing what it did to
+// stderr, so that a test's log shows it).
+func (c *ClusterInstance) fixUncovered(ctx context.Context) (bool, error) {
+	for _, p := range c.live() {
+		info, err := respDo(p.addr, time.Second, "CLUSTER", "INFO")
+		if err != nil || !strings.Contains(info, "cluster_slots_assigned:") || strings.Contains(info, "cluster_slots_assigned:16384") {
+			continue
+		}
+		cmd := exec.CommandContext(ctx, c.cli, "--cluster", "fix", p.addr, "--cluster-yes")
+		cmd.SysProcAttr = sysProcAttr()
+		// Some builds still ask before covering a slot: the answers.
+		cmd.Stdin = strings.NewReader(strings.Repeat("yes\n", 8))
+		out, err := cmd.CombinedOutput()
+		fmt.Fprintf(os.Stderr, "redistest: %s reported a slot no node serves; redis-cli --cluster fix: %v\n%s\n", p.addr, err, tailLines(string(out), 20))
+		if err != nil {
+			return true, fmt.Errorf("redis-cli --cluster fix: %w", err)
+		}
+		return true, nil
+	}
+	return false, nil
 }

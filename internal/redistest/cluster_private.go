@@ -36,6 +36,7 @@ const ClusterSlots = 16384
 // skip the nodes Kill stopped.
 type ClusterInstance struct {
 	procs  []*process
+	cli    string                    // the redis-cli binary
 	ids    []string                  // node ids, in the order of procs
 	admins map[string]rueidis.Client // a standalone client per node address
 
@@ -59,6 +60,9 @@ type ClusterOptions struct {
 	NodeTimeout time.Duration
 	// ExtraArgs are appended to every node's redis-server arguments.
 	ExtraArgs []string
+	// Bins, when set, are the server and cli binaries to run (e.g.
+	// [Valkey]'s) instead of redis-server and redis-cli on PATH.
+	Bins Binaries
 }
 
 // SpawnCluster starts a fresh, private 3-master Redis Cluster (three
@@ -78,7 +82,9 @@ func SpawnCluster(t testing.TB) *ClusterInstance {
 // [ClusterInstance.WaitSynced]) and every node knows every node's role.
 func SpawnClusterWith(t testing.TB, opts ClusterOptions) *ClusterInstance {
 	t.Helper()
-	requireBinaries(t, "redis-server", "redis-cli")
+	if opts.Bins == (Binaries{}) {
+		requireBinaries(t, "redis-server", "redis-cli")
+	}
 	if opts.ReplicasPerMaster < 0 || opts.NodeTimeout < 0 {
 		t.Fatalf("redistest: ClusterOptions %+v: negative", opts)
 	}
@@ -91,7 +97,7 @@ func SpawnClusterWith(t testing.TB, opts ClusterOptions) *ClusterInstance {
 		removeDir(dir)
 		t.Fatalf("redistest: spawn cluster: %v", err)
 	}
-	c := &ClusterInstance{procs: procs, admins: map[string]rueidis.Client{}, killed: map[string]bool{}}
+	c := &ClusterInstance{procs: procs, cli: opts.Bins.cli(), admins: map[string]rueidis.Client{}, killed: map[string]bool{}}
 	t.Cleanup(func() {
 		for _, a := range c.admins {
 			a.Close()
@@ -523,7 +529,7 @@ func (c *ClusterInstance) Reshard(ctx context.Context, fromID, toID string, nSlo
 	args := []string{"--cluster", "reshard", c.procs[0].addr,
 		"--cluster-from", fromID, "--cluster-to", toID,
 		"--cluster-slots", strconv.Itoa(nSlots), "--cluster-yes"}
-	cmd := exec.CommandContext(ctx, "redis-cli", append(args, extraArgs...)...)
+	cmd := exec.CommandContext(ctx, c.cli, append(args, extraArgs...)...)
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.CombinedOutput()
 	if err == nil && strings.Contains(string(out), "[ERR]") {
@@ -558,7 +564,7 @@ func (c *ClusterInstance) WaitAgreed(ctx context.Context) error {
 			}
 		}
 		if ok {
-			cmd := exec.CommandContext(ctx, "redis-cli", "--cluster", "check", live[0].addr)
+			cmd := exec.CommandContext(ctx, c.cli, "--cluster", "check", live[0].addr)
 			cmd.SysProcAttr = sysProcAttr()
 			out, err := cmd.CombinedOutput()
 			if err == nil && !strings.Contains(string(out), "[ERR]") && !strings.Contains(string(out), "[WARNING]") {

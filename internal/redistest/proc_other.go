@@ -8,3 +8,9 @@ import "syscall"
 // and t.Cleanup, but there is no kernel safety net if the test binary is
 // killed.
 func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+// Freeze skips the test outside Linux (it needs SIGSTOP).
+func (in *Instance) Freeze() { in.t.Skip("redistest: Freeze needs SIGSTOP (Linux)") }
+
+// Thaw does nothing outside Linux.
+func (in *Instance) Thaw() {}

@@ -162,6 +162,7 @@ func shutdown() {
 // process is one spawned redis-server.
 type process struct {
 	cmd     *exec.Cmd
+	bin     string // the server binary it runs
 	addr    string
 	logPath string
 	done    chan struct{} // closed when the process has exited
@@ -169,14 +170,15 @@ type process struct {
 	once    sync.Once
 }
 
-// startProcess starts redis-server with args, logging to logPath. It does
-// not wait for the server to be ready.
-func startProcess(addr, logPath string, args []string) (*process, error) {
+// startProcess starts the server binary bin (redis-server, or a path to
+// one) with args, logging to logPath. It does not wait for the server to
+// be ready.
+func startProcess(bin, addr, logPath string, args []string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("redis-server", args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
@@ -184,7 +186,7 @@ func startProcess(addr, logPath string, args []string) (*process, error) {
 		_ = logf.Close()
 		return nil, err
 	}
-	p := &process{cmd: cmd, addr: addr, logPath: logPath, done: make(chan struct{})}
+	p := &process{cmd: cmd, bin: bin, addr: addr, logPath: logPath, done: make(chan struct{})}
 	track(p)
 	go func() {
 		p.waitErr = cmd.Wait()
@@ -258,7 +260,7 @@ func (p *process) waitReady(timeout time.Duration) error {
 // launch starts a redis-server on a port chosen by pickPort, retrying with a
 // new port (up to startAttempts times) when the server exits early, e.g.
 // because another process took the port in the meantime.
-func launch(dir, name string, pickPort func() (int, error), args func(port int) []string) (*process, error) {
+func launch(bin, dir, name string, pickPort func() (int, error), args func(port int) []string) (*process, error) {
 	var lastErr error
 	for attempt := 0; attempt < startAttempts; attempt++ {
 		port, err := pickPort()
@@ -268,7 +270,7 @@ func launch(dir, name string, pickPort func() (int, error), args func(port int) 
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		logPath := filepath.Join(dir, fmt.Sprintf("%s-%d.log", name, port))
-		p, err := startProcess(addr, logPath, args(port))
+		p, err := startProcess(bin, addr, logPath, args(port))
 		if err != nil {
 			return nil, fmt.Errorf("start redis-server: %w", err)
 		}
@@ -509,7 +511,7 @@ func ServerAddr(t testing.TB) string {
 			shared.err = err
 			return
 		}
-		p, err := launch(dir, "redis", freePort, func(port int) []string { return serverArgs(dir, port) })
+		p, err := launch("redis-server", dir, "redis", freePort, func(port int) []string { return serverArgs(dir, port) })
 		if err != nil {
 			shared.err = err
 			return
@@ -623,7 +625,7 @@ func startClusterWith(dir string, opts ClusterOptions) (_ []*process, err error)
 	}
 	extra = append(extra, opts.ExtraArgs...)
 	for range 3 * (1 + opts.ReplicasPerMaster) {
-		p, err := launch(dir, "node", freeClusterPort, func(port int) []string {
+		p, err := launch(opts.Bins.server(), dir, "node", freeClusterPort, func(port int) []string {
 			return serverArgs(dir, port, append([]string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
@@ -640,7 +642,7 @@ func startClusterWith(dir string, opts ClusterOptions) (_ []*process, err error)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(opts.ReplicasPerMaster), "--cluster-yes")
-	cmd := exec.CommandContext(ctx, "redis-cli", args...)
+	cmd := exec.CommandContext(ctx, opts.Bins.cli(), args...)
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -709,6 +711,7 @@ func Cluster(t testing.TB) rueidis.Client {
 // are safe for concurrent use.
 type Instance struct {
 	t    testing.TB
+	bin  string
 	dir  string
 	args []string
 	port int
@@ -748,7 +751,7 @@ func (in *Instance) Restart() {
 	var lastErr error
 	// The port was ours a moment ago; retry briefly in case it lingers.
 	for attempt := 0; attempt < startAttempts; attempt++ {
-		p, err := launch(in.dir, "redis", func() (int, error) { return in.port, nil }, in.argsFor)
+		p, err := launch(in.bin, in.dir, "redis", func() (int, error) { return in.port, nil }, in.argsFor)
 		if err == nil {
 			in.proc = p
 			return
@@ -772,12 +775,24 @@ func (in *Instance) argsFor(port int) []string {
 func SpawnServer(t testing.TB, extraArgs ...string) *Instance {
 	t.Helper()
 	requireBinaries(t, "redis-server")
+	return spawnServer(t, "redis-server", extraArgs)
+}
+
+// SpawnServerFrom is [SpawnServer] with the server binary of bins (e.g.
+// [Valkey]'s) instead of the redis-server on PATH.
+func SpawnServerFrom(t testing.TB, bins Binaries, extraArgs ...string) *Instance {
+	t.Helper()
+	return spawnServer(t, bins.server(), extraArgs)
+}
+
+func spawnServer(t testing.TB, bin string, extraArgs []string) *Instance {
+	t.Helper()
 	dir, err := tempDir("redistest-spawn-")
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	in := &Instance{t: t, dir: dir, args: append([]string(nil), extraArgs...)}
-	p, err := launch(dir, "redis", freePort, in.argsFor)
+	in := &Instance{t: t, bin: bin, dir: dir, args: append([]string(nil), extraArgs...)}
+	p, err := launch(bin, dir, "redis", freePort, in.argsFor)
 	if err != nil {
 		removeDir(dir)
 		t.Fatalf("redistest: spawn redis-server: %v", err)

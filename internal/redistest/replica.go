@@ -22,10 +22,23 @@ const replicaTimeout = 20 * time.Second
 // [WaitReplicaOnline] to wait for that.
 func SpawnReplicated(t testing.TB, extraArgs ...string) (master, replica *Instance) {
 	t.Helper()
+	requireBinaries(t, "redis-server")
+	return spawnReplicated(t, "redis-server", extraArgs)
+}
+
+// SpawnReplicatedFrom is [SpawnReplicated] with the server binary of bins
+// (e.g. [Valkey]'s).
+func SpawnReplicatedFrom(t testing.TB, bins Binaries, extraArgs ...string) (master, replica *Instance) {
+	t.Helper()
+	return spawnReplicated(t, bins.server(), extraArgs)
+}
+
+func spawnReplicated(t testing.TB, bin string, extraArgs []string) (master, replica *Instance) {
+	t.Helper()
 	// No 5s wait for more replicas before a diskless sync.
-	master = SpawnServer(t, append([]string{"--repl-diskless-sync-delay", "0"}, extraArgs...)...)
+	master = spawnServer(t, bin, append([]string{"--repl-diskless-sync-delay", "0"}, extraArgs...))
 	host, port, _ := net.SplitHostPort(master.Addr())
-	replica = SpawnServer(t, append(append([]string(nil), extraArgs...), "--replicaof", host, port)...)
+	replica = spawnServer(t, bin, append(append([]string(nil), extraArgs...), "--replicaof", host, port))
 	WaitReplicaOnline(t, master, replica)
 	return master, replica
 }

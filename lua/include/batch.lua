@@ -41,17 +41,24 @@ end
 local function batch_of(n, base)
   local batch = {}
   for i = 1, n do
-    batch[i] = { idx = base + i, type = event_arg(i, 2), targets = targets_of(event_arg(i, 5)) }
+    local targets = targets_of(event_arg(i, 5))
+    batch[i] = { idx = base + i, type = event_arg(i, 2), targets = targets, not_before = targets[1] and targets[1][3] }
   end
   return batch
 end
 
 -- Adds the batch's entries after `base` and buffers its id keys and counter.
-local function add_batch(now, n, base)
+-- A scheduled event's entry also stores its 'not_before' time.
+local function add_batch(now, n, base, batch)
   local trace = ARGV[4 + n * BATCH_FIELDS + 1] or ''
   for i = 1, n do
     local idx = int(base + i)
-    if trace == '' then
+    local not_before = batch[i].not_before
+    if not_before then
+      redis.call('XADD', LOG, idx .. '-0',
+        'id', event_arg(i, 1), 'type', event_arg(i, 2), 'payload', event_arg(i, 3),
+        'created_at', now, 'cause', event_arg(i, 4), 'not_before', int(not_before), 'trace', trace)
+    elseif trace == '' then
       redis.call('XADD', LOG, idx .. '-0',
         'id', event_arg(i, 1), 'type', event_arg(i, 2), 'payload', event_arg(i, 3),
         'created_at', now, 'cause', event_arg(i, 4))

@@ -24,10 +24,16 @@ local pending_fast = false
 -- A log's types: '*' (or nothing) for every type but the clear marker,
 -- else a JSON list.
 local function types_of(raw)
-  if not raw or raw == '*' then return nil end
-  local set = {}
-  for _, name in ipairs(cjson.decode(raw)) do set[name] = true end
-  return set
+  local types = nil
+  --@block log_types
+  -- types: the set of types a log cursor takes, from its types text raw
+  -- (nil for '*' or nothing: every type but the clear marker).
+  if raw and raw ~= '*' then
+    types = {}
+    for _, name in ipairs(cjson.decode(raw)) do types[name] = true end
+  end
+  --@end
+  return types
 end
 local function takes(types, kind)
   return kind ~= CLEAR_TYPE and (types == nil or types[kind] == true)
@@ -38,8 +44,12 @@ end
 local function use_served(raw)
   if raw == '' then return end
   served_all = false
-  for _, entry in ipairs(cjson.decode(raw)) do
-    served_set[entry[1]] = true
+  local entries = cjson.decode(raw)
+  --@block served_set
+  -- served_set: the names of a served list's entries.
+  for _, entry in ipairs(entries) do served_set[entry[1]] = true end
+  --@end
+  for _, entry in ipairs(entries) do
     if type(entry[2]) == 'string' then
       served_logs[#served_logs + 1] = {
         name = entry[1], lane = entry[2], ty = entry[3],
@@ -57,23 +67,53 @@ local function has_pending()
   if pending_fast then return '1' end
   if served_all then return live > 0 and '1' or '0' end
   if live <= 0 or next(served_set) == nil then return '0' end
+  local pending = false
+  --@block pending_scan
+  -- pending: whether a consumer of served_set has a live head in the
+  -- runnable set READY. Newest heads first, PENDING_PAGE at a time; past
+  -- PENDING_SCAN heads of other consumers it answers "maybe" (true: a
+  -- claim tells; HasPending is a hint), so the scan is bounded whatever
+  -- the backlog.
   local offset = 0
-  while true do
-    -- Bounded: past 1024 heads of other consumers, report "maybe" ('1':
-    -- a claim tells; HasPending is a hint).
-    if offset >= 1024 then return '1' end
-    local page = redis.call('ZREVRANGEBYSCORE', READY, '+inf', 1, 'LIMIT', offset, 64)
-    for _, cid in ipairs(page) do
-      if served_set[(parse_cid(cid))] then return '1' end
+  while not pending do
+    if offset >= PENDING_SCAN then
+      pending = true
+      break
     end
-    if #page < 64 then return '0' end
-    offset = offset + 64
+    local page = redis.call('ZREVRANGEBYSCORE', READY, '+inf', 1, 'LIMIT', offset, PENDING_PAGE)
+    for _, cid in ipairs(page) do
+      --@inline cid_consumer
+      if served_set[consumer] then pending = true end
+    end
+    if #page < PENDING_PAGE then break end
+    offset = offset + PENDING_PAGE
   end
+  --@end
+  return pending and '1' or '0'
 end
 
+-- An event's targets, [[consumer, tag], ...]; a scheduled event's each
+-- carry its not-before time (epoch ms) third: [consumer, tag, not_before].
 local function targets_of(raw)
   if raw == '' then return {} end
   return cjson.decode(raw)
+end
+
+-- The runnable score of a new head at idx: its index, or, scheduled until
+-- not_before, held until then (a head held until t that counts no failure
+-- when claimed: its row has no holder).
+local function head_score(idx, not_before)
+  if not_before then return HELD + not_before end
+  return idx
+end
+
+-- A lane row's successor (its 'next' column): '<index>' or, scheduled,
+-- '<index>:<not before>'. Returns the index and the time (false: none).
+local function next_of(raw)
+  if not raw then return false, false end
+  local colon = string.find(raw, ':', 1, true)
+  if not colon then return tonumber(raw), false end
+  return tonumber(string.sub(raw, 1, colon - 1)), tonumber(string.sub(raw, colon + 1))
 end
 
 -- Starts indexing a type from `from` on: every later event of it.
@@ -89,22 +129,36 @@ local function stored_head(after, types)
     if after + 1 <= total then return after + 1 end
     return false
   end
-  local best = false
+  if after >= total then
+    -- Nothing stored after it: a type not indexed yet is indexed from here.
+    for name in pairs(types) do
+      if typed[name] == nil then register(name, total) end
+    end
+    return false
+  end
+  local best, short = false, false
+  --@block typed_head
+  -- best: the first stored event in (after, total] (after < total) of a
+  -- type in `types`, from their indexes in `typed`, or false; short: the
+  -- first type met whose index cannot tell yet (never indexed, or not from
+  -- after on), which ends the search.
   for name in pairs(types) do
     local entry = typed[name]
-    if entry == nil then
-      if after < total then return nil, name end
-      register(name, total)
-    elseif entry[2] > after then
-      if entry[1] > after then return nil, name end
-      local found = redis.call('ZRANGEBYSCORE', type_key(name),
-        '(' .. int(after), int(total), 'LIMIT', 0, 1)
+    if entry == nil or entry[1] > after then
+      short = name
+      break
+    end
+    if entry[2] > after then
+      --@inline type_key
+      local found = redis.call('ZRANGEBYSCORE', key, '(' .. int(after), int(total), 'LIMIT', 0, 1)
       if #found > 0 then
         local idx = tonumber(found[1])
         if not best or idx < best then best = idx end
       end
     end
   end
+  --@end
+  if short then return nil, short end
   return best
 end
 
@@ -149,10 +203,10 @@ local function load_states(cids)
     if (state == nil or state.partial) and not need[cid] then
       need[cid] = true
       need[#need + 1] = cid
-      names[#names + 1] = cid .. ':h'
-      names[#names + 1] = cid .. ':p'
-      names[#names + 1] = cid .. ':t'
-      names[#names + 1] = cid .. ':ty'
+      names[#names + 1] = cid .. CURSOR_HEAD
+      names[#names + 1] = cid .. CURSOR_POSITION
+      names[#names + 1] = cid .. CURSOR_TAIL
+      names[#names + 1] = cid .. CURSOR_TYPES
     end
   end
   if #need == 0 then return end
@@ -168,10 +222,8 @@ local function load_states(cids)
       local _, tag = parse_cid(cid)
       state = {
         kind = string.sub(tag, 1, 1), exists = p ~= false,
-        h = (h and h ~= '') and tonumber(h) or false,
-        p = tonumber(p or '0'), t = tail, ty = ty or false,
+        h = record_head(h), p = tonumber(p or '0'), t = tail, ty = ty or false,
       }
-      if state.h and state.h <= boundary then state.h = false end
       if state.kind == 'G' and state.exists and state.p < boundary then state.p = boundary end
       states[cid] = state
       state_order[#state_order + 1] = cid
@@ -183,12 +235,12 @@ local function flush_states()
   for _, cid in ipairs(state_order) do
     local state = states[cid]
     if state.dirty then
-      put(CURSORS, cid .. ':h', state.h and int(state.h) or '')
-      put(CURSORS, cid .. ':p', int(state.p))
+      put(CURSORS, cid .. CURSOR_HEAD, state.h and int(state.h) or '')
+      put(CURSORS, cid .. CURSOR_POSITION, int(state.p))
       if state.kind == 'L' then
-        if not state.partial then put(CURSORS, cid .. ':t', state.t and int(state.t) or '') end
+        if not state.partial then put(CURSORS, cid .. CURSOR_TAIL, state.t and int(state.t) or '') end
       elseif state.ty then
-        put(CURSORS, cid .. ':ty', state.ty)
+        put(CURSORS, cid .. CURSOR_TYPES, state.ty)
       end
     end
   end
@@ -208,9 +260,9 @@ local function advance(consumer, kind, idx, row_next, batch, was_live)
   end
   local cid = cid_of(consumer, kind)
   local state = states[cid]
-  local next_head
+  local next_head, not_before = nil, false
   if string.sub(kind, 1, 1) == 'L' then
-    next_head = row_next and tonumber(row_next) or false
+    next_head, not_before = next_of(row_next)
     if not state then
       -- Only the head moves; the tail is read only when the lane empties.
       state = { kind = 'L', exists = true, p = idx, h = false, t = false, ty = false, partial = true }
@@ -245,7 +297,7 @@ local function advance(consumer, kind, idx, row_next, batch, was_live)
   state.p = idx
   state.exists = true
   state.dirty = true
-  ready_set(cid, next_head, (next_head and 1 or 0) - before)
+  ready_set(cid, next_head and head_score(next_head, not_before), (next_head and 1 or 0) - before)
   return true
 end
 
@@ -302,19 +354,21 @@ end
 local function enqueue(batch)
   for _, event in ipairs(batch) do
     for _, target in ipairs(event.targets) do
-      local consumer, tag = target[1], target[2]
+      local consumer, tag, not_before = target[1], target[2], target[3]
       if tag == '#' then
-        ready_set(cid_of(consumer, '#' .. int(event.idx)), event.idx, 1)
+        ready_set(cid_of(consumer, '#' .. int(event.idx)), head_score(event.idx, not_before), 1)
         if served_has(consumer) then pending_fast = true end
       else
         local cid = cid_of(consumer, tag)
         local state = states[cid]
         if state.h and state.t then
-          put_row(state.t, row_of(consumer, tag), 'next', int(event.idx))
+          local link = int(event.idx)
+          if not_before then link = link .. ':' .. int(not_before) end
+          put_row(state.t, row_of(consumer, tag), COL_NEXT, link)
         else
           state.h = event.idx
           if state.p < boundary then state.p = boundary end
-          ready_set(cid, event.idx, 1)
+          ready_set(cid, head_score(event.idx, not_before), 1)
           if served_has(consumer) then pending_fast = true end
         end
         state.t = event.idx

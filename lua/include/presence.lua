@@ -7,7 +7,7 @@
 -- instead of decoding the value. `a` is the sender's stamp (it orders
 -- writes), `e` the store clock's expiry (it bounds the entry's life); both
 -- are epoch milliseconds. A null value is a tombstone.
-local PRESENCE = SESSION .. 'presence'
+local PRESENCE = SESSION .. KEY_PRESENCE
 
 -- The at and expires-at stamps of a stored entry, or nil when the text is
 -- not an entry this layout writes.

@@ -8,10 +8,11 @@
 -- KEYS[2] is the session's sentinel, a key never written: declared so that
 -- Redis refuses the script while the slot migrates (keys.Session.Sentinel).
 local COUNTER = KEYS[1]
-local SESSION = string.sub(COUNTER, 1, -6)
-local LOG, CLEAR, LIVE = SESSION .. 'log', SESSION .. 'clear', SESSION .. 'live'
-local READY, CURSORS = SESSION .. 'runnable', SESSION .. 'cursors'
-local PINS, TYPED = SESSION .. 'pins', SESSION .. 'typed'
+local SESSION = string.sub(COUNTER, 1, COUNT_CUT)
+local LOG, CLEAR, LIVE = SESSION .. KEY_LOG, SESSION .. KEY_CLEAR, SESSION .. KEY_LIVE
+local READY, CURSORS = SESSION .. KEY_RUNNABLE, SESSION .. KEY_CURSORS
+local PINS, TYPED = SESSION .. KEY_PINS, SESSION .. KEY_TYPED
+local FLIGHT = SESSION .. KEY_FLIGHT
 
 -- Bounds, filled by read_bounds: the session head, the latest clear marker,
 -- the number of live (runnable, not dead-lettered) heads, and the typed-type
@@ -23,29 +24,37 @@ local total, boundary, live = 0, 0, 0
 local listed_value = nil
 local typed, typed_dirty, live_dirty = {}, false, false
 
-local function id_key(id) return SESSION .. 'id:' .. id end
+local function id_key(id) return SESSION .. KEY_ID .. id end
 
 -- A batch appended without ids gets the ids '<nonce><position>' (24 + 8
 -- lower-case hex digits, position from 0) and one record for all of them,
 -- ids:<nonce> = '<first index>:<count>'. Any 32-hex-digit id may be such
 -- an id: its owner is its own id key's, else its block record's.
 local function block_of(id)
+  --@block generated_shape
   if string.len(id) == 32 and not string.find(id, '[^0-9a-f]') then
+  --@end
     return string.sub(id, 1, 24), tonumber(string.sub(id, 25), 16)
   end
 end
-local function block_key(nonce) return SESSION .. 'ids:' .. nonce end
+local function block_key(nonce) return SESSION .. KEY_ID_BLOCK .. nonce end
 -- The index a block record gives position p, or nil.
 local function block_owner(record, p)
+  local owner = nil
+  --@block block_owner
+  -- owner: the index the block record `record` ('<first index>:<count>')
+  -- gives position p, if any.
   local first, n = string.match(record, '^(%d+):(%d+)$')
-  if first and p < tonumber(n) then return int(tonumber(first) + p) end
+  if first and p < tonumber(n) then owner = tonumber(first) + p end
+  --@end
+  return owner and int(owner)
 end
 
 -- One MGET for the counter, the clear marker, the typed registry, the live
 -- count, and the owners of `ids`. Returns, per id, the index it names in the
 -- current lifetime, or false (an id recorded below the clear is free again).
 local function read_bounds(ids)
-  local keys, blocks = { COUNTER, CLEAR, TYPED, LIVE, SESSION .. 'listed' }, {}
+  local keys, blocks = { COUNTER, CLEAR, TYPED, LIVE, SESSION .. KEY_LISTED }, {}
   for i, id in ipairs(ids or {}) do
     keys[#keys + 1] = id_key(id)
     local nonce, p = block_of(id)
@@ -53,9 +62,17 @@ local function read_bounds(ids)
   end
   local values = sliced('MGET', nil, keys)
   -- A collapsed session keeps only its clear marker.
-  total = tonumber(values[1] or values[2] or '0')
-  boundary = tonumber(values[2] or '0')
-  if values[3] then typed = cjson.decode(values[3]) end
+  boundary = clear_index(values[2])
+  total = tonumber(values[1]) or boundary
+  if values[3] then
+    local registry = cjson.decode(values[3])
+    --@block registry_check
+    -- A registry that does not decode to a table fails the script here,
+    -- before any write (miniredis's cjson returns nil for bad text).
+    if type(registry) ~= 'table' then error('a2redis: the typed registry does not decode') end
+    --@end
+    typed = registry
+  end
   live = tonumber(values[4] or '0')
   listed_value = values[5] or false
   local owners, at = {}, 6
@@ -75,12 +92,19 @@ local function entry_index(id) return tonumber(string.match(id, '^(%d+)')) end
 -- Cursor ids: <byte length of consumer>:<consumer><tag>, tag '#<index>',
 -- 'L<lane>' or 'G<lane>'.
 local function cid_of(consumer, tag)
-  return int(string.len(consumer)) .. ':' .. consumer .. tag
+  --@block cid_of
+  local cid = int(string.len(consumer)) .. ':' .. consumer .. tag
+  --@end
+  return cid
 end
 local function parse_cid(cid)
+  --@block cid_consumer
+  -- consumer: the consumer of cursor id cid; its tag starts at byte tag_at.
   local colon = string.find(cid, ':', 1, true)
-  local n = tonumber(string.sub(cid, 1, colon - 1))
-  return string.sub(cid, colon + 1, colon + n), string.sub(cid, colon + n + 1)
+  local tag_at = colon + 1 + tonumber(string.sub(cid, 1, colon - 1))
+  local consumer = string.sub(cid, colon + 1, tag_at - 1)
+  --@end
+  return consumer, string.sub(cid, tag_at)
 end
 -- A head row's name: '#' for event cursors, 'L<lane>' for lane and log
 -- cursors alike (requests name a log cursor's head by its lane).
@@ -118,7 +142,7 @@ local function chunk_key(idx)
   local chunk = math.floor((idx - 1) / CHUNK)
   local key = chunk_keys[chunk]
   if not key then
-    key = SESSION .. 'heads:' .. int(chunk)
+    key = SESSION .. KEY_HEADS .. int(chunk)
     chunk_keys[chunk] = key
     is_chunk[key] = true
   end
@@ -173,11 +197,38 @@ local function read_rows(refs, columns)
   return rows
 end
 
+-- The dispatch columns of head rows, as claims and listings report them:
+-- attempts, first and last claimed, holder, expiry, failures, last failed,
+-- its attempt, the error and dead-lettered at (read_rows of `refs`).
+local function read_dispatch(refs)
+  return read_rows(refs, { COL_ATTEMPTS, COL_FIRST_CLAIMED, COL_LAST_CLAIMED, COL_HOLDER, COL_EXPIRY, COL_FAILURES, COL_LAST_FAILED, COL_LAST_FAILED_ATTEMPT, COL_ERROR, COL_DEAD })
+end
+
+-- A cursor record's head field as an index, or false when it has none or
+-- the head lies at or below the clear marker (the record is idle).
+local function record_head(h)
+  local head = (h and h ~= '') and tonumber(h) or false
+  if head and head <= boundary then return false end
+  return head
+end
+
+-- Reads the clear marker alone (a script that needs no other bound).
+local function read_clear()
+  boundary = clear_index(redis.call('GET', CLEAR))
+end
+
 -- One type's index key, named by the type's bytes in hex.
 local function type_key(name)
-  return SESSION .. 'type:' .. (string.gsub(name, '.', function(c)
-    return string.format('%02x', string.byte(c))
-  end))
+  --@block type_key
+  -- key: the index key of type `name`, its bytes in hex (one format of
+  -- SLICE bytes at a time: a C function takes at most ~8,000 values).
+  local key = SESSION .. KEY_TYPE
+  for at = 1, #name, SLICE do
+    local piece = string.sub(name, at, at + SLICE - 1)
+    key = key .. string.format(string.rep('%02x', #piece), string.byte(piece, 1, -1))
+  end
+  --@end
+  return key
 end
 
 -- Buffered writes, sent by commit(): one MSET for strings, one HSET and one
@@ -187,9 +238,18 @@ end
 local strings = {}
 local hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}
 local ready_changes, ready_order = {}, {}
+-- Snapshot pins to give back, { ref, history key, index } (release_pins).
+local pin_releases = {}
+-- How each consumer's count of heads in flight changes (in_flight), sent
+-- by commit().
+local flight_changes, flight_order = {}, {}
 -- Set by commit() once the runnable set changed, and by ready_set once a
--- head became free to claim (see with_ready).
-local ready_touched, added_free = false, false
+-- head became free to claim (see with_ready). dead_touched: set by
+-- ready_set when a head is dead-lettered, and by a write that acts on a
+-- dead-lettered head (redrive), so that with_ready recounts the session's
+-- dead letters for the dead index (util's ready_mark); no other write pays
+-- for it.
+local ready_touched, added_free, dead_touched = false, false, false
 
 local function mark(key, value)
   strings[#strings + 1] = key
@@ -228,10 +288,23 @@ local function ready_set(cid, score, delta)
   if ready_changes[cid] == nil then ready_order[#ready_order + 1] = cid end
   ready_changes[cid] = score
   if score and score > 0 and score < HELD then added_free = true end
+  if score and score < 0 then dead_touched = true end
   if delta ~= 0 then
     live = live + delta
     live_dirty = true
   end
+end
+
+-- Counts `delta` heads of `consumer` into (+) or out of (-) flight: a
+-- head row whose holder is set where it had none, or cleared where it had
+-- one (keys.Session.Flight). Sent by commit(), one HINCRBY per consumer.
+local function in_flight(consumer, delta)
+  local was = flight_changes[consumer]
+  if was == nil then
+    flight_order[#flight_order + 1] = consumer
+    was = 0
+  end
+  flight_changes[consumer] = was + delta
 end
 
 -- Holds a cursor's live head until `until_ms` (a claim's expiry or a
@@ -270,26 +343,42 @@ local function commit()
     sliced('HSET', key, fields)
   end
   for _, key in ipairs(hdel_order) do sliced('HDEL', key, hdels[key]) end
+  for _, release in ipairs(pin_releases) do
+    if redis.call('HINCRBY', PINS, release[1], -1) <= 0 then
+      redis.call('HDEL', PINS, release[1])
+      redis.call('ZREMRANGEBYSCORE', release[2], release[3], release[3])
+    end
+  end
+  for _, consumer in ipairs(flight_order) do
+    --@block flight_send
+    -- Sends consumer's change `delta` (non-zero) of heads in flight; a
+    -- count at or below zero is deleted (heads claimed before the count
+    -- existed are never counted, so it may undercount, never overcount).
+    local delta = flight_changes[consumer]
+    if delta ~= 0 and redis.call('HINCRBY', FLIGHT, consumer, delta) <= 0 then
+      redis.call('HDEL', FLIGHT, consumer)
+    end
+    --@end
+  end
   if #ready_order > 0 then ready_touched = true end
   flush_scores(READY, ready_changes, ready_order)
-  strings, hsets, hset_order, hdels, hdel_order = {}, {}, {}, {}, {}
+  flight_changes, flight_order = {}, {}
+  strings, hsets, hset_order, hdels, hdel_order, pin_releases = {}, {}, {}, {}, {}, {}
   ready_changes, ready_order, live_dirty, typed_dirty = {}, {}, false, false
 end
 
 -- Releases the snapshot pins a head row holds (a JSON list of refs, each
 -- naming a history zset and an index): a checkpoint no head pins any more
--- leaves its history.
+-- leaves its history. The refs are decoded here and released by commit(),
+-- like every other write: a row's pins that do not decode fail the script
+-- before it wrote anything.
 local function release_pins(idx, row, pins)
   if not pins or pins == '' then return end
   for _, ref in ipairs(cjson.decode(pins)) do
-    local count = redis.call('HINCRBY', PINS, ref, -1)
-    if count <= 0 then
-      redis.call('HDEL', PINS, ref)
-      local checkpoint = cjson.decode(ref)
-      redis.call('ZREMRANGEBYSCORE', checkpoint[1], checkpoint[2], checkpoint[2])
-    end
+    local checkpoint = cjson.decode(ref)
+    pin_releases[#pin_releases + 1] = { ref, checkpoint[1], int(checkpoint[2]) }
   end
-  put_row(idx, row, 'pins', '')
+  put_row(idx, row, COL_PINS, '')
 end
 
 -- The reply of a write, with the ready mark appended once the runnable set
@@ -299,6 +388,6 @@ local function with_ready(reply, now, bump, holds)
   -- The live count is known once read_bounds ran (it read listed too).
   local live_after = listed_value ~= nil and live or nil
   reply[#reply + 1] = ready_touched and
-    ready_mark(SESSION, tonumber(now), bump, listed_value, not bump, added_free, holds, live_after) or READY_MARK
+    ready_mark(SESSION, tonumber(now), bump, listed_value, not bump, added_free, holds, live_after, dead_touched) or READY_MARK
   return reply
 end

@@ -9,7 +9,7 @@
 
 -- The head snapshot key and the history zset key of a reducer.
 local function snapshot_keys(reducer)
-  return SESSION .. 'snap:' .. reducer, SESSION .. 'snap-history:' .. reducer
+  return SESSION .. KEY_SNAP .. reducer, SESSION .. KEY_SNAP_HISTORY .. reducer
 end
 
 -- The index a stored snapshot names, or nil when the text is not a snapshot

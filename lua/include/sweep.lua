@@ -5,8 +5,10 @@
 -- are moved to the marker. A lifetime that ended empty then collapses to
 -- its marker: the counter (reads fall back to the clear key), the typed
 -- registry, the type indexes, pins, the marker's id key and its head chunk
--- go (snapshots taken at the marker belong to the new lifetime and stay);
--- the log keeps the marker so readers resuming before it still find it.
+-- go (snapshots taken at the marker belong to the new lifetime and stay),
+-- and the marker moves from the log to the clear key (collapsed_marker), so
+-- an ended session is one small key; readers resuming before it still find
+-- it.
 --
 -- A call does a bounded amount of it (about SWEEP_BUDGET entries, fields or
 -- keys; a session of a million heads sweeps over many calls). The sweep key
@@ -20,8 +22,8 @@
 -- (cursor: the next chunk), 'b' the rows below the marker in its chunk and
 -- 'k' the cursor records (cursor: an HSCAN cursor), 'z' the collapse.
 
-local SWEEP, SWEEP_BUDGET = SESSION .. 'sweep', 500
-local REDUCERS, DROP = SESSION .. 'snap-reducers', SESSION .. 'sweep-drop'
+local SWEEP = SESSION .. KEY_SWEEP
+local REDUCERS, DROP = SESSION .. KEY_SNAP_REDUCERS, SESSION .. KEY_SWEEP_DROP
 local sweep_key_found = false
 
 -- The phase and cursor of the sweep due for the current marker, or nil.
@@ -42,7 +44,7 @@ end
 
 -- Whether reducer has nothing left: no checkpoint and no history.
 local function reducer_empty(reducer)
-  return redis.call('EXISTS', SESSION .. 'snap:' .. reducer, SESSION .. 'snap-history:' .. reducer) == 0
+  return redis.call('EXISTS', SESSION .. KEY_SNAP .. reducer, SESSION .. KEY_SNAP_HISTORY .. reducer) == 0
 end
 
 -- One SSCAN step (about `budget` reducers) of the reducer registry from
@@ -54,7 +56,7 @@ local function sweep_reducers(cursor, budget)
   local step = redis.call('SSCAN', REDUCERS, cursor, 'COUNT', int(budget))
   local empty = {}
   for _, reducer in ipairs(step[2]) do
-    local head_key = SESSION .. 'snap:' .. reducer
+    local head_key = SESSION .. KEY_SNAP .. reducer
     local head = redis.call('GET', head_key)
     -- Snapshots store their index first: read it by pattern (cjson refuses
     -- states nested deeper than 1000 levels).
@@ -62,7 +64,7 @@ local function sweep_reducers(cursor, budget)
     if head and (not index or index < boundary) then
       redis.call('DEL', head_key)
     end
-    redis.call('ZREMRANGEBYSCORE', SESSION .. 'snap-history:' .. reducer, '-inf', '(' .. int(boundary))
+    redis.call('ZREMRANGEBYSCORE', SESSION .. KEY_SNAP_HISTORY .. reducer, '-inf', '(' .. int(boundary))
     if reducer_empty(reducer) then empty[#empty + 1] = reducer end
   end
   sliced('SADD', DROP, empty)
@@ -121,7 +123,7 @@ local function sweep_chunks(from, budget)
   local last = math.floor((boundary - 1) / CHUNK)
   local chunks = {}
   for chunk = from, math.min(last - 1, from + budget - 1) do
-    chunks[#chunks + 1] = SESSION .. 'heads:' .. int(chunk)
+    chunks[#chunks + 1] = SESSION .. KEY_HEADS .. int(chunk)
   end
   sliced('UNLINK', nil, chunks)
   local next_chunk = from + #chunks
@@ -159,10 +161,10 @@ local function sweep_cursor_records(cursor, budget)
       cids[#cids + 1] = cid
     end
   end
-  local SUFFIXES = { 'h', 'p', 't', 'ty' }
+  local SUFFIXES = { CURSOR_HEAD, CURSOR_POSITION, CURSOR_TAIL, CURSOR_TYPES }
   local names = {}
   for _, cid in ipairs(cids) do
-    for _, suffix in ipairs(SUFFIXES) do names[#names + 1] = cid .. ':' .. suffix end
+    for _, suffix in ipairs(SUFFIXES) do names[#names + 1] = cid .. suffix end
   end
   local values = sliced('HMGET', CURSORS, names)
   local idle, moved = {}, {}
@@ -172,21 +174,20 @@ local function sweep_cursor_records(cursor, budget)
     -- A record another step already removed has nothing left.
     if h or p or values[at + 3] or values[at + 4] then
       local _, tag = parse_cid(cid)
-      local head = (h and h ~= '') and tonumber(h) or false
+      local head = record_head(h)
       local position = tonumber(p or '0')
-      if head and head <= boundary then head = false end
       if string.sub(tag, 1, 1) == 'G' then
         if position < boundary then position = boundary end
-        moved[#moved + 1] = cid .. ':h'
+        moved[#moved + 1] = cid .. CURSOR_HEAD
         moved[#moved + 1] = head and int(head) or ''
-        moved[#moved + 1] = cid .. ':p'
+        moved[#moved + 1] = cid .. CURSOR_POSITION
         moved[#moved + 1] = int(position)
       elseif not head and position <= boundary then
         for s, suffix in ipairs(SUFFIXES) do
-          if values[at + s] then idle[#idle + 1] = cid .. ':' .. suffix end
+          if values[at + s] then idle[#idle + 1] = cid .. suffix end
         end
       elseif not head and h ~= '' then
-        moved[#moved + 1] = cid .. ':h'
+        moved[#moved + 1] = cid .. CURSOR_HEAD
         moved[#moved + 1] = ''
       end
     end
@@ -196,14 +197,60 @@ local function sweep_cursor_records(cursor, budget)
   return #step[2] / 2, step[1]
 end
 
--- An empty lifetime collapses to its marker (see above).
+-- An ended lifetime keeps its marker in the clear key alone, not in a log:
+-- a stream costs ~0.7 KB even rebuilt to its size (Redis keeps a 4 KB
+-- listpack for a stream's newest node until the node fills, ~4.7 KB for a
+-- one-entry stream). The marker's fields are all fixed but its index, id
+-- and creation time (clear.lua), so the clear key says them (util's
+-- clear_index reads its index; keys.ParseClear all of it), the log goes,
+-- and a read across the marker makes its entry from the key (redisstore's
+-- collapsedMarker). The key is kept short enough for Redis to store it in
+-- one allocation (44 bytes): '<index>:<created at, base 36>:<id>' with an
+-- id of 32 lower-case hex digits (the store's own) packed into its 16
+-- bytes, any other id as it is after a ';' instead. It returns the key's
+-- value, or nil when the log holds anything but the marker (left as it is);
+-- collapse reads it before its first write and writes it after.
+local function base36(n)
+  local digits, out = '0123456789abcdefghijklmnopqrstuvwxyz', ''
+  repeat
+    local d = n % 36
+    out = string.sub(digits, d + 1, d + 1) .. out
+    n = math.floor(n / 36)
+  until n == 0
+  return out
+end
+local function collapsed_marker(marker)
+  if not marker or redis.call('XLEN', LOG) ~= 1 then return nil end
+  local fields, at, id = marker[2], nil, nil
+  for i = 1, #fields, 2 do
+    if fields[i] == 'created_at' then at = tonumber(fields[i + 1]) end
+    if fields[i] == 'id' then id = fields[i + 1] end
+  end
+  if not at or not id then return nil end
+  local sep = ';'
+  if #id == 32 and not string.find(id, '[^0-9a-f]') then
+    sep, id = ':', (string.gsub(id, '..', function(h) return string.char(tonumber(h, 16)) end))
+  end
+  return int(boundary) .. ':' .. base36(at) .. sep .. id
+end
+
+-- The version of the ready record a collapse removed (see collapse), or
+-- nil: the store then tells the session's shard to forget it.
+local collapsed_version = nil
+
+-- An empty lifetime collapses to its marker (see above). Its ready record
+-- (listed) goes too: a collapsed session has no work, and its next record
+-- counts its version from the time (util's fresh_version).
 local function collapse()
   local count = redis.call('GET', COUNTER)
   if not count or tonumber(count) ~= boundary or redis.call('ZCARD', READY) > 0 then
     return
   end
+  -- MGET: a listed key of another type reads as none, failing nothing.
+  local listed = redis.call('MGET', SESSION .. KEY_LISTED)[1]
+  collapsed_version = listed and string.match(listed, '^(%d+):') or '0'
   -- Snapshots taken at the marker belong to the new lifetime and stay.
-  local gone = { COUNTER, TYPED, PINS, LIVE, chunk_key(boundary) }
+  local gone = { COUNTER, TYPED, PINS, LIVE, FLIGHT, chunk_key(boundary), SESSION .. KEY_LISTED }
   for name in pairs(typed) do gone[#gone + 1] = type_key(name) end
   local marker = redis.call('XRANGE', LOG, int(boundary) .. '-0', int(boundary) .. '-0')[1]
   if marker then
@@ -212,7 +259,12 @@ local function collapse()
       if fields[i] == 'id' then gone[#gone + 1] = id_key(fields[i + 1]) end
     end
   end
+  local value = collapsed_marker(marker)
   sliced('UNLINK', nil, gone)
+  if value then
+    redis.call('SET', CLEAR, value)
+    redis.call('DEL', LOG)
+  end
 end
 
 -- Sweeps on from `phase` and `cursor` (see sweep_state) for at most about

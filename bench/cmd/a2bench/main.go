@@ -5,6 +5,7 @@
 //	cd bench && go run ./cmd/a2bench                 # full run (< 10 min on 2 cores)
 //	cd bench && go run ./cmd/a2bench --quick         # smoke test (< 1 min)
 //	cd bench && go run ./cmd/a2bench --doc ../docs/benchmarks.md
+//	cd bench && go run ./cmd/a2bench --memory        # memory per session (and per asynq task) through a life
 //
 // Without --url it starts a redis-server of its own (found on PATH) on a
 // free loopback port, without persistence, and stops it by pid at exit,
@@ -19,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +40,8 @@ func run() int {
 		mdOut   string
 		doc     string
 		render  string
+		memory  bool
+		perRow  int
 	)
 	flag.StringVar(&opts.URL, "url", "", "use this Redis (redis://host:port) instead of spawning redis-server; only this run's keys are deleted")
 	flag.StringVar(&opts.RedisServer, "redis-server", "", "redis-server binary to spawn (default: found on PATH)")
@@ -53,7 +57,33 @@ func run() int {
 	flag.StringVar(&mdOut, "md", "results/latest.md", "Markdown output path (empty: none)")
 	flag.StringVar(&doc, "doc", "", "also replace the results section of this Markdown file (e.g. ../docs/benchmarks.md)")
 	flag.StringVar(&render, "render", "", "run nothing: render this JSON report again (to --md and --doc)")
+	flag.BoolVar(&memory, "memory", false, "run nothing else: measure memory per session through its life (a2redis) and per task (asynq) on a spawned server, print a Markdown table")
+	flag.IntVar(&perRow, "memory-sessions", 500, "with --memory: sessions (and asynq tasks) per row")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (the clients, the worker runtime, asynq's server) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if memory {
+		rows, err := bench.MeasureMemory(context.Background(), bench.MemoryOptions{RedisServer: opts.RedisServer, Sessions: perRow,
+			Log: func(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }})
+		fmt.Print(bench.MemoryMarkdown(rows))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	}
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "a2bench: unexpected arguments %q\n", flag.Args())
 		return 2

@@ -1,0 +1,56 @@
+package inspect
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// retention: a dry run names the idle sessions and writes nothing; --apply
+// asks, then ends them; --json gives the pass's result.
+func TestRetentionCommand(t *testing.T) {
+	t.Parallel()
+	e := serverEnv(t)
+	c := e.cli
+	for i := range 3 {
+		_, err := e.store.Append(e.ctx, fmt.Sprintf("chat-%d", i), []a2redis.Event{{Type: "m"}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+	}
+	e.clock.Advance(3 * time.Hour)
+	_, err := e.store.Append(e.ctx, "chat-new", []a2redis.Event{{Type: "m"}}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+
+	out := c.run(t, "", "retention", "--idle", "2h").ok(t)
+	assert.Contains(t, out, "a pass would end 3 of 4 sessions scanned (dry run: nothing written)")
+	for i := range 3 {
+		assert.Contains(t, out, fmt.Sprintf("%q", fmt.Sprintf("chat-%d", i)))
+	}
+	assert.NotContains(t, out, "chat-new")
+	b, err := e.store.Bounds(e.ctx, "chat-0")
+	require.NoError(t, err)
+	assert.Zero(t, b.ClearIndex, "a dry run writes nothing")
+
+	c.run(t, "n\n", "retention", "--idle", "2h", "--apply").failed(t, ExitError)
+	var r redisstore.RetentionResult
+	parseJSON(t, c.run(t, "", "retention", "--idle", "2h", "--apply", "--yes", "--json").ok(t), &r)
+	assert.Equal(t, 3, r.Ended)
+	assert.Len(t, r.Idle, 3)
+	b, err = e.store.Bounds(e.ctx, "chat-0")
+	require.NoError(t, err)
+	assert.Equal(t, redisstore.Bounds{Head: 2, ClearIndex: 2}, b, "ended")
+	out = c.run(t, "", "retention", "--idle", "2h").ok(t)
+	assert.True(t, strings.HasPrefix(out, "a pass would end 0 of"), out)
+	out = c.run(t, "", "retention", "--idle", "2h", "--drop").ok(t)
+	assert.Contains(t, out, "a pass would drop 0 of", "the ended sessions' markers are new")
+	e.clock.Advance(3 * time.Hour)
+	out = c.run(t, "", "retention", "--idle", "2h", "--drop").ok(t)
+	assert.Contains(t, out, "a pass would drop 4 of", "ended sessions go with --drop, and the one idle since")
+	c.run(t, "", "retention").failed(t, ExitUsage)
+}

@@ -1,0 +1,160 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/rows"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// handleAll claims and completes every head of session, 100 at a time.
+func handleAll(t *testing.T, e *env, session string) {
+	t.Helper()
+	for {
+		cl, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute, Limit: 100})
+		require.NoError(t, err)
+		if len(cl.Heads) == 0 {
+			return
+		}
+		done := make([]redisstore.Attempt, len(cl.Heads))
+		for i, h := range cl.Heads {
+			done[i] = redisstore.AttemptOf(h)
+		}
+		res, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: done})
+		require.NoError(t, err)
+		for _, r := range res {
+			require.Equal(t, redisstore.Completed, r.Outcome)
+		}
+	}
+}
+
+// TestCompactionKeepsTheSession: a settled session rebuilt to its size
+// (the default) reads, replays and records exactly as before the rebuild,
+// on every target; on a real server its log and head chunk are rebuilt
+// (the chunk a listpack without its pin, the live count gone), and the
+// next claim turns the chunk back into a pinned hashtable. miniredis
+// cannot DUMP a stream: there the session is left as it was.
+func TestCompactionKeepsTheSession(t *testing.T) {
+	for _, tg := range redistest.Targets {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			compactionKeepsTheSession(t, newEnv(t, tg), tg.Name != "miniredis")
+		})
+	}
+}
+
+func compactionKeepsTheSession(t *testing.T, e *env, real bool) {
+	const session = "s"
+	k := keysFor(e, session)
+	mk := func(i int) a2redis.Event {
+		return a2redis.Event{ID: "e" + string(rune('a'+i)), Type: "t", Payload: []byte(`{"n":1}`),
+			Targets: []a2redis.Target{{Consumer: "c"}, {Consumer: "o", Lane: "l"}}}
+	}
+	stored := appendN(t, e, session, 5, mk)
+	handleAll(t, e, session)
+	pin, err := e.client.Do(e.ctx, e.client.B().Hexists().Key(k.Heads(0)).Field(rows.ChunkPin).Build()).AsBool()
+	require.NoError(t, err)
+	assert.Equal(t, !real, pin, "the settled chunk's pin (gone where the session was rebuilt)")
+	live, err := e.client.Do(e.ctx, e.client.B().Exists().Key(k.Live()).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Equal(t, map[bool]int64{true: 0, false: 1}[real], live, "the live count of 0")
+	if real {
+		enc, err := e.client.Do(e.ctx, e.client.B().ObjectEncoding().Key(k.Heads(0)).Build()).ToString()
+		require.NoError(t, err)
+		assert.Equal(t, "listpack", enc, "the settled chunk")
+		used, err := e.client.Do(e.ctx, e.client.B().MemoryUsage().Key(k.Log()).Samples(0).Build()).AsInt64()
+		require.NoError(t, err)
+		assert.Less(t, used, int64(2048), "the log rebuilt to its size")
+	}
+	// Reads, records and replays as before.
+	read, err := e.store.Read(e.ctx, session, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, stored, read)
+	for _, ref := range []a2redis.HeadRef{{Consumer: "c", Index: 3}, {Consumer: "o", Lane: "l", Index: 5}} {
+		rec, err := e.store.HeadRecord(e.ctx, session, ref)
+		require.NoError(t, err)
+		assert.True(t, rec.Done, "%v", ref)
+		assert.Equal(t, int64(1), rec.Attempt, "%v", ref)
+	}
+	replay := make([]a2redis.Event, 5)
+	for i := range replay {
+		replay[i] = mk(i)
+	}
+	again, err := e.store.Append(e.ctx, session, replay, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, stored, again.Events, "a replay of the batch")
+	cursors, err := e.store.Cursors(e.ctx, session)
+	require.NoError(t, err)
+	for _, c := range cursors {
+		assert.Equal(t, int64(5), c.Position, "%+v", c)
+	}
+
+	// The session goes on: indexes stay dense, the chunk is pinned again
+	// as soon as a head is written, and the next settle rebuilds it.
+	more, err := e.store.Append(e.ctx, session, []a2redis.Event{mk(5), mk(6)}, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	require.Len(t, more.Events, 2)
+	assert.Equal(t, int64(6), more.Events[0].Index)
+	cl, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, cl.Heads, 3, "two event heads and the lane's next")
+	pinned, err := e.client.Do(e.ctx, e.client.B().Hget().Key(k.Heads(0)).Field(rows.ChunkPin).Build()).ToString()
+	require.NoError(t, err)
+	assert.Equal(t, rows.ChunkPinValue, pinned)
+	if real {
+		enc, err := e.client.Do(e.ctx, e.client.B().ObjectEncoding().Key(k.Heads(0)).Build()).ToString()
+		require.NoError(t, err)
+		assert.Equal(t, "hashtable", enc, "a chunk with live heads")
+	}
+	handleAll(t, e, session)
+	read, err = e.store.Read(e.ctx, session, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, read, 7)
+	for i, ev := range read {
+		assert.Equal(t, int64(i+1), ev.Index)
+	}
+}
+
+// TestCompactionSkipsBigLogs: a session whose log is past the rebuild's
+// bounds is asked once (compact_log replies that it is too big) and not
+// again at its next settles; once this store reclaimed its past, its new
+// lifetime is rebuilt again. Counted by the server: compact_log is the
+// only script here with an XLEN.
+func TestCompactionSkipsBigLogs(t *testing.T) {
+	c := privateServer(t)
+	e := &env{t: t, ctx: context.Background(), client: c, prefix: "big"}
+	var err error
+	e.store, err = redisstore.New(e.ctx, c, redisstore.Config{Prefix: e.prefix, ConsumerRefresh: -1})
+	require.NoError(t, err)
+	target := func(int) a2redis.Event {
+		return a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}
+	}
+	rebuilds := func() int64 { return commandStats(e.ctx, t, c)["xlen"] }
+	resetStats(e.ctx, t, c)
+	appendN(t, e, "s", redisstore.CompactLogEntries+1, target)
+	handleAll(t, e, "s")
+	assert.Equal(t, int64(1), rebuilds(), "the first settle asks")
+	for range 3 {
+		appendN(t, e, "s", 1, target)
+		handleAll(t, e, "s")
+	}
+	assert.Equal(t, int64(1), rebuilds(), "later settles of the big log do not")
+	_, err = e.store.Clear(e.ctx, "s", redisstore.ClearOptions{})
+	require.NoError(t, err)
+	_, err = e.store.Reclaim(e.ctx, "s")
+	require.NoError(t, err)
+	resetStats(e.ctx, t, c)
+	appendN(t, e, "s", 1, target)
+	handleAll(t, e, "s")
+	assert.Equal(t, int64(1), rebuilds(), "the new lifetime is rebuilt")
+	used, err := c.Do(e.ctx, c.B().MemoryUsage().Key(keysFor(e, "s").Log()).Samples(0).Build()).AsInt64()
+	require.NoError(t, err)
+	assert.Less(t, used, int64(2048), "the new lifetime's log, rebuilt")
+}

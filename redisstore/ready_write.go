@@ -1,0 +1,346 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis/internal/check"
+	"github.com/a2redis/a2redis/internal/scripts"
+	"github.com/a2redis/a2redis/keys"
+)
+
+// The ready index: every session with work is listed in one shard of its
+// prefix's index (keys.Ready) with the time it has work from. Each write
+// script that changes a session's runnable set ends with a ready mark (see
+// lua/include/util.lua's ready_mark); run pops it off the reply and the
+// store sends it to the session's shard (lua/ready_index.lua), which keeps
+// only the newest version per session.
+
+// readyMarkPrefix starts the ready mark a tracked script appends to its
+// reply; the mark alone means "nothing changed". The scripts have it as
+// READY_MARK from the generated lua/include/layout.lua.
+const readyMarkPrefix = scripts.ReadyMark
+
+// popReadyMark removes a trailing ready mark from a script's reply and
+// returns it without its prefix ("" when the script reported none or no
+// change).
+func popReadyMark(values []rueidis.RedisMessage) ([]rueidis.RedisMessage, string) {
+	if len(values) == 0 {
+		return values, ""
+	}
+	last := values[len(values)-1]
+	if !last.IsString() {
+		return values, ""
+	}
+	text, _ := last.ToString()
+	if !strings.HasPrefix(text, readyMarkPrefix) {
+		return values, ""
+	}
+	return values[:len(values)-1], text[len(readyMarkPrefix):]
+}
+
+// readyUpdate is one session's update for its shard. dead is its
+// dead-letter state for the shard's dead index: "" for no change, "0" for
+// none left, else "<count>,<since>,<complete>,<consumers>" (see
+// keys.Session.Listed).
+type readyUpdate struct {
+	session, version, at, dead string
+	due                        bool
+}
+
+// parseReadyMark parses a mark "<version>:<ready at>:<due>[:<dead>]".
+func parseReadyMark(session, mark string) (readyUpdate, bool) {
+	parts := strings.SplitN(mark, ":", 4)
+	if len(parts) < 3 {
+		return readyUpdate{}, false
+	}
+	u := readyUpdate{session: session, version: parts[0], at: parts[1], due: parts[2] == "1"}
+	if len(parts) == 4 {
+		u.dead = parts[3]
+	}
+	return u, true
+}
+
+// DefaultReadyWait bounds how long a write waits for its ready-index update
+// after the script committed.
+const DefaultReadyWait = time.Second
+
+// DeadlineSlack bounds how long after its context's deadline a call of the
+// store returns, whatever the server does: every wait (a command, a retry's
+// backoff, the ready-index update, the wake-up's publish) ends by the
+// deadline, and what is left is the store's own bookkeeping.
+const DeadlineSlack = 50 * time.Millisecond
+
+// noteReady sends a write's ready mark to the session's shard, waiting at
+// most ReadyWait and never past the caller's deadline. The write has
+// committed, so neither the caller's context nor a failure here fails it:
+// an update that is refused, fails or misses the deadline is kept and sent
+// again with this store's next update that gets through (or its next
+// ClaimNext); RepairReady restores what a process took with it.
+func (s *Store) noteReady(ctx context.Context, session, mark string) {
+	u, ok := parseReadyMark(session, mark)
+	if !ok {
+		return
+	}
+	shard := keys.ReadyShard(session, s.cfg.ReadyShards)
+	wait := waitWithin(ctx, s.cfg.ReadyWait)
+	if wait <= 0 {
+		s.late.keep(shard, u)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	// Refusals (the shard's slot migrating) are retried within ReadyWait;
+	// ready_index applies only newer versions, so a repeat is harmless.
+	err := s.retrying(ctx, true, func(ctx context.Context) error {
+		return s.applyReady(ctx, shard, []readyUpdate{u})
+	})
+	if u.at == "" && !s.cfg.NoCompaction {
+		// The write left the session without work: rebuild a small log to
+		// its size (see compactLog).
+		defer s.compactLog(ctx, session)
+	}
+	if err != nil {
+		s.late.keep(shard, u)
+		return
+	}
+	s.flushLate(ctx)
+}
+
+// waitWithin returns limit, or what is left of ctx's deadline when that is
+// less (zero or less when ctx has ended).
+func waitWithin(ctx context.Context, limit time.Duration) time.Duration {
+	if ctx.Err() != nil {
+		return 0
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		return min(limit, time.Until(dl))
+	}
+	return limit
+}
+
+// CompactLogEntries is the most entries a settled session's log may hold
+// for the store to rebuild it to its size (lua/compact_log.lua): a bound on
+// that call's work.
+const CompactLogEntries = 256
+
+// CompactChunkFields is the most fields a head chunk of a settled session
+// may hold for the store to rebuild it without its pin field
+// (rows.ChunkPin): Redis's default hash-max-listpack-entries, beyond which
+// the rebuilt hash would be a hashtable again.
+const CompactChunkFields = 512
+
+// CompactBytes is the most bytes (MEMORY USAGE) a settled session's log,
+// or one of its head chunks, may take for the store to rebuild it: with
+// CompactLogEntries and CompactChunkFields, a bound on the rebuild's work
+// whatever the payloads' sizes (a rebuild of this much takes tens of
+// microseconds).
+const CompactBytes = 64 << 10
+
+// compactLog rebuilds a session a write left without work to its size
+// (lua/compact_log.lua), when it is small (CompactLogEntries,
+// CompactChunkFields, CompactBytes) and Config.NoCompaction is not set:
+// Redis keeps a 4 KB listpack for a stream's newest node until it fills,
+// which would make every small session cost 5 KB whatever it holds, and a
+// head chunk's pin keeps it a hashtable, ~165 B a completed row where a
+// listpack takes ~30. A key-locking server refuses DUMP in a script:
+// nothing is done there. Best effort: the write has committed, and a
+// failure here only leaves the session as it was.
+func (s *Store) compactLog(ctx context.Context, session string) {
+	locking, err := s.keyLocking(ctx)
+	if err != nil || locking {
+		return
+	}
+	if s.bigLogs.has(session) {
+		return
+	}
+	k := s.keys(session)
+	script := scripts.All()["compact_log"]
+	_ = s.retrying(ctx, true, func(ctx context.Context) error {
+		reply, err := script.Lua(false).Exec(ctx, s.scripts, []string{k.Count(), k.Sentinel()},
+			[]string{strconv.Itoa(CompactLogEntries), strconv.Itoa(CompactChunkFields), strconv.Itoa(CompactBytes)}).AsInt64()
+		if err == nil && reply == 2 {
+			s.bigLogs.add(session)
+		}
+		return err
+	})
+}
+
+// bigLogsLimit bounds the sessions a store remembers as too big to
+// rebuild; past it the store forgets them all and learns again.
+const bigLogsLimit = 10000
+
+// bigLogs holds the sessions whose log compact_log found past its bounds:
+// a log only grows until a reclaim deletes its past, so the store sends
+// no rebuild for them (a settle of a big, busy session would otherwise
+// pay a script call that does nothing) until this store reclaims or drops
+// the session. A clear and reclaim by another process leaves a
+// session's new lifetime unrebuilt here until the limit clears the set:
+// memory, never correctness.
+type bigLogs struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (b *bigLogs) has(session string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.m[session]
+	return ok
+}
+
+func (b *bigLogs) add(session string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil || len(b.m) >= bigLogsLimit {
+		b.m = map[string]struct{}{}
+	}
+	b.m[session] = struct{}{}
+}
+
+func (b *bigLogs) forget(session string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, session)
+}
+
+// lateReadyLimit bounds the updates a store keeps for shards it could not
+// reach; beyond it the oldest are left to RepairReady.
+const lateReadyLimit = 10000
+
+// lateReady holds the newest update per session that could not be sent
+// (its shard's slot migrating, a failover), to send again with the next
+// update that gets through.
+type lateReady struct {
+	mu      sync.Mutex
+	pending map[int]map[string]readyUpdate
+	n       atomic.Int64
+}
+
+func (l *lateReady) keep(shard int, u readyUpdate) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == nil {
+		l.pending = map[int]map[string]readyUpdate{}
+	}
+	m := l.pending[shard]
+	if m == nil {
+		m = map[string]readyUpdate{}
+		l.pending[shard] = m
+	}
+	if old, ok := m[u.session]; ok {
+		if newerVersion(old.version, u.version) {
+			return
+		}
+		if u.dead == "" && old.dead != "" {
+			// The older update changed the dead index and the newer one
+			// says nothing of it: the newer one carries the removal (a
+			// session still holding dead letters sends its state with
+			// every update, so "" here is none left).
+			u.dead = "0"
+		}
+	} else if l.n.Load() >= lateReadyLimit {
+		return
+	} else {
+		l.n.Add(1)
+	}
+	m[u.session] = u
+}
+
+// take removes and returns every kept update.
+func (l *lateReady) take() map[int]map[string]readyUpdate {
+	if l.n.Load() == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pending
+	l.pending = nil
+	l.n.Store(0)
+	return p
+}
+
+// newerVersion reports whether version a is newer than b (decimal strings).
+func newerVersion(a, b string) bool {
+	x, errA := strconv.ParseInt(a, 10, 64)
+	y, errB := strconv.ParseInt(b, 10, 64)
+	return errA == nil && errB == nil && x > y
+}
+
+// flushLate sends the updates kept for shards that could not be reached;
+// those that fail again are kept again.
+func (s *Store) flushLate(ctx context.Context) {
+	for shard, m := range s.late.take() {
+		updates := make([]readyUpdate, 0, len(m))
+		for _, u := range m {
+			updates = append(updates, u)
+		}
+		if s.applyReady(ctx, shard, updates) != nil {
+			for _, u := range updates {
+				s.late.keep(shard, u)
+			}
+		}
+	}
+}
+
+// readyBatch is how many session updates one ready_index call carries.
+const readyBatch = 128
+
+// applyReady sends updates of one shard's sessions, readyBatch per call.
+func (s *Store) applyReady(ctx context.Context, shard int, updates []readyUpdate) error {
+	r := keys.ReadyFor(s.cfg.Prefix, shard)
+	channel, sharded := r.WorkChannel(), "0"
+	if s.cfg.PublishWait < 0 {
+		channel = ""
+	}
+	if s.cfg.ShardedPubSub {
+		sharded = "1"
+	}
+	locking, err := s.keyLocking(ctx)
+	if err != nil {
+		return err
+	}
+	for len(updates) > 0 {
+		n := min(len(updates), readyBatch)
+		args := make([]string, 0, 2+5*n)
+		args = append(args, channel, sharded)
+		for _, u := range updates[:n] {
+			due := "0"
+			if u.due {
+				due = "1"
+			}
+			args = append(args, u.session, u.version, u.at, due, u.dead)
+		}
+		script := scripts.All()["ready_index"]
+		if err := script.Lua(locking).Exec(ctx, s.scripts, []string{r.Index(), r.Sentinel()}, args).Error(); err != nil {
+			return fmt.Errorf("a2redis: updating ready index shard %d: %w", shard, err)
+		}
+		s.view.noteUpdates(shard, s.cfg.ReadyShards, s.now(), updates[:n])
+		updates = updates[n:]
+	}
+	return nil
+}
+
+// claimReadyShards records the prefix's shard count, or checks that it is the
+// one recorded.
+func (s *Store) claimReadyShards(ctx context.Context) error {
+	c, key, want := s.client, keys.ReadyShards(s.cfg.Prefix), strconv.Itoa(s.cfg.ReadyShards)
+	if err := s.do(ctx, c.B().Set().Key(key).Value(want).Nx().Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
+		return fmt.Errorf("a2redis: recording the ready shards of prefix %q: %w", s.cfg.Prefix, err)
+	}
+	found, err := s.do(ctx, c.B().Get().Key(key).Build()).ToString()
+	if err != nil {
+		return fmt.Errorf("a2redis: reading the ready shards of prefix %q: %w", s.cfg.Prefix, err)
+	}
+	if found != want {
+		return check.Invalid("Config.ReadyShards", "is %d, but prefix %q was set up with %s shards: every store on a prefix must use the same number", s.cfg.ReadyShards, s.cfg.Prefix, found)
+	}
+	return nil
+}

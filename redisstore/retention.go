@@ -1,0 +1,361 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/check"
+	"github.com/a2redis/a2redis/keys"
+)
+
+// RetentionPolicy says which sessions a retention pass ends or drops: the
+// idle ones, whose newest event (or clear marker) is older than IdleFor and
+// which have no live head (nothing to run, held or in flight) and no dead
+// letter (those wait for an operator: redrive or skip them first).
+type RetentionPolicy struct {
+	// IdleFor is how long a session has had no append before it is
+	// idle. Required (positive).
+	IdleFor time.Duration
+	// Drop deletes an idle session (Store.Drop: no key left); without it
+	// an idle session is ended (Clear, then Reclaim: what is left is its
+	// clear marker, and a session already ended is left alone).
+	Drop bool
+	// MaxSessions bounds the sessions one pass ends or drops. Default
+	// DefaultRetentionSessions.
+	MaxSessions int
+	// ScanPage is how many keys one pass reads per SCAN step; a pass reads
+	// at most MaxScan keys. Defaults 500 and 20,000.
+	ScanPage, MaxScan int
+	// DryRun reports the sessions a pass would end or drop, writing
+	// nothing (the cursor does not move).
+	DryRun bool
+}
+
+// DefaultRetentionSessions is RetentionPolicy.MaxSessions's default.
+const DefaultRetentionSessions = 1000
+
+// RetentionResult is what a retention pass did.
+type RetentionResult struct {
+	// Scanned is how many sessions the pass looked at.
+	Scanned int `json:"scanned"`
+	// Idle are the sessions it found idle, in the order it met them (with
+	// DryRun: the ones it would end or drop).
+	Idle []string `json:"idle"`
+	// Ended and Dropped count what it did (zero with DryRun).
+	Ended   int `json:"ended"`
+	Dropped int `json:"dropped"`
+	// Changed counts idle sessions that got an append between the look
+	// and the act: left as they are.
+	Changed int `json:"changed"`
+	// Skipped counts sessions the pass could not read or act on (their
+	// slot moving, their node down: ErrUnavailable), and Unreachable the
+	// masters it could not scan; the next pass looks at them again.
+	Skipped     int `json:"skipped"`
+	Unreachable int `json:"unreachable"`
+	// Cursor is where the next pass goes on ("" once the scan went
+	// through every session of the prefix: the next pass starts over).
+	Cursor string `json:"cursor"`
+}
+
+// Check returns the policy with its defaults, or an ErrInvalidArgument.
+func (p RetentionPolicy) Check() (RetentionPolicy, error) { return p.withDefaults() }
+
+func (p RetentionPolicy) withDefaults() (RetentionPolicy, error) {
+	if p.IdleFor <= 0 {
+		return p, check.Invalid("IdleFor", "must be positive (got %v)", p.IdleFor)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{{"MaxSessions", &p.MaxSessions, DefaultRetentionSessions}, {"ScanPage", &p.ScanPage, 500}, {"MaxScan", &p.MaxScan, 20_000}} {
+		if *f.v < 0 {
+			return p, check.Invalid(f.name, "is negative (%d)", *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	return p, nil
+}
+
+// Retention runs one retention pass over the prefix's sessions from cursor
+// ("" to start at the beginning): it SCANs the sessions (every master, a
+// page at a time, at most MaxScan keys), reads each one's head, clear
+// marker, live and dead-lettered heads and its newest event's time (one
+// pipelined read per page), and ends or drops the idle ones, at most
+// MaxSessions. An idle session is ended or dropped only if its head is
+// still the one the look saw (a conditional Clear first: an append in
+// between keeps the session, counted in Changed). Each step is bounded, so
+// a pass never holds the server; run passes periodically (the worker
+// runtime does with Config.Retention, one store per prefix at a time) and
+// every idle session goes within one scan of the prefix.
+func (s *Store) Retention(ctx context.Context, policy RetentionPolicy, cursor string) (RetentionResult, error) {
+	policy, err := policy.withDefaults()
+	if err != nil {
+		return RetentionResult{}, err
+	}
+	node, scan, err := parseRetentionCursor(cursor)
+	if err != nil {
+		return RetentionResult{}, err
+	}
+	nodes, unreachable, nodeErr := s.masters(ctx)
+	if len(nodes) == 0 {
+		return RetentionResult{}, fmt.Errorf("%w: a2redis: retention: no master answered: %w", a2redis.ErrUnavailable, cmp.Or(nodeErr, errors.New("no nodes")))
+	}
+	if node >= len(nodes) {
+		node, scan = 0, 0 // the topology changed: start over
+	}
+	res := RetentionResult{Unreachable: unreachable}
+	// Log and clear keys: an ended session keeps its clear key alone.
+	pattern := keys.EscapeGlob(s.cfg.Prefix) + ":{*}:" + keys.SessionScanTail
+	cutoff := s.now() - policy.IdleFor.Milliseconds()
+	read := 0
+	// SCAN may return a key twice: a session is looked at once a pass.
+	seen := map[string]bool{}
+	for node < len(nodes) && read < policy.MaxScan && len(res.Idle) < policy.MaxSessions {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		n := nodes[node]
+		nctx, cancel := context.WithTimeout(ctx, s.cfg.Retries.Unavailable)
+		entry, err := n.Do(nctx, n.B().Scan().Cursor(scan).Match(pattern).Count(int64(policy.ScanPage)).Build().Pin()).AsScanEntry()
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			// A master that does not answer: the next one; its sessions
+			// wait for the next scan.
+			res.Unreachable++
+			node, scan = node+1, 0
+			continue
+		}
+		read += policy.ScanPage
+		var sessions []string
+		for _, key := range entry.Elements {
+			session, ok := keys.SessionOfLogKey(s.cfg.Prefix, key)
+			if !ok {
+				session, ok = keys.SessionOfClearKey(s.cfg.Prefix, key)
+			}
+			if ok && !seen[session] {
+				seen[session] = true
+				sessions = append(sessions, session)
+			}
+		}
+		idle, skipped := s.idleSessions(ctx, sessions, cutoff, policy.Drop)
+		res.Skipped += skipped
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		res.Scanned += len(sessions)
+		full := false
+		for _, st := range idle {
+			if len(res.Idle) == policy.MaxSessions {
+				full = true // the rest of the page waits for the next pass
+				break
+			}
+			res.Idle = append(res.Idle, st.session)
+			if policy.DryRun {
+				continue
+			}
+			acted, err := s.retire(ctx, st, policy.Drop)
+			if errors.Is(err, a2redis.ErrUnavailable) && ctx.Err() == nil {
+				res.Skipped++
+				continue
+			}
+			if err != nil {
+				return res, err
+			}
+			switch {
+			case !acted:
+				res.Changed++
+			case policy.Drop:
+				res.Dropped++
+			default:
+				res.Ended++
+			}
+		}
+		if full {
+			break // the next pass reads this page again
+		}
+		scan = entry.Cursor
+		if scan == 0 {
+			node++
+		}
+	}
+	if node < len(nodes) {
+		res.Cursor = strconv.Itoa(node) + ":" + strconv.FormatUint(scan, 10)
+	}
+	if policy.DryRun {
+		res.Cursor = cursor
+	}
+	return res, nil
+}
+
+// idleState is what a retention pass read of one session.
+type idleState struct {
+	session     string
+	head, clear int64
+}
+
+// idleSessions reads the sessions' bounds, live and dead-lettered heads
+// and newest event, and returns the idle ones: newest event at or before
+// cutoff, no live head, no dead letter; with ended false, not ended
+// already (head above the clear marker). A session whose read fails is
+// skipped (counted).
+func (s *Store) idleSessions(ctx context.Context, sessions []string, cutoff int64, ended bool) (out []idleState, skipped int) {
+	if len(sessions) == 0 {
+		return nil, 0
+	}
+	c := s.client
+	const per = 4
+	cmds := make(rueidis.Commands, 0, per*len(sessions))
+	for _, session := range sessions {
+		k := s.keys(session)
+		cmds = append(cmds,
+			c.B().Mget().Key(k.Count(), k.Clear(), k.Live()).Build(),
+			c.B().Zcount().Key(k.Runnable()).Min("-inf").Max("(0").Build(),
+			c.B().Zcard().Key(k.Runnable()).Build(),
+			c.B().Xrevrange().Key(k.Log()).End("+").Start("-").Count(1).Build())
+	}
+	replies := s.doMulti(ctx, cmds...)
+	for i := range sessions {
+		r := replies[per*i : per*i+per]
+		bounds, err := r[0].ToArray()
+		if err != nil || len(bounds) != 3 {
+			skipped++
+			continue
+		}
+		num := func(m rueidis.RedisMessage) int64 {
+			n, _ := optionalInt(m)
+			return n
+		}
+		var marker keys.ClearMarker
+		if text, err := bounds[1].ToString(); err == nil {
+			var ok bool
+			if marker, ok = keys.ParseClear(text); !ok {
+				skipped++
+				continue
+			}
+		}
+		clear := marker.Index
+		head := cmp.Or(num(bounds[0]), clear)
+		live := num(bounds[2])
+		dead, err1 := r[1].AsInt64()
+		runnable, err2 := r[2].AsInt64()
+		newest, err3 := r[3].AsXRange()
+		if err1 != nil || err2 != nil || err3 != nil {
+			skipped++
+			continue
+		}
+		if live > 0 || dead > 0 || runnable > dead {
+			continue
+		}
+		var at int64
+		switch {
+		case len(newest) > 0:
+			if at, err = strconv.ParseInt(newest[0].FieldValues["created_at"], 10, 64); err != nil {
+				continue
+			}
+		case marker.Collapsed && head == clear:
+			at = marker.CreatedAt // ended: its marker is in the clear key
+		default:
+			continue
+		}
+		if at > cutoff {
+			continue
+		}
+		if !ended && head == clear {
+			continue // ended already: only a drop has more to do
+		}
+		out = append(out, idleState{session: sessions[i], head: head, clear: clear})
+	}
+	return out, skipped
+}
+
+// retire ends or drops an idle session, provided its head is still the
+// one its look saw (a conditional Clear); false when an append came first.
+func (s *Store) retire(ctx context.Context, st idleState, drop bool) (bool, error) {
+	if st.head > st.clear {
+		head := st.head
+		r, err := s.Clear(ctx, st.session, ClearOptions{IfLastIndex: &head})
+		if err != nil {
+			return false, err
+		}
+		if !r.Cleared {
+			return false, nil
+		}
+	}
+	if drop {
+		r, err := s.Drop(ctx, st.session)
+		if err != nil {
+			return false, err
+		}
+		return r.Dropped, nil
+	}
+	if _, err := s.Reclaim(ctx, st.session); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// TryRetention runs a retention pass unless another store on the prefix
+// ran one within `every` (a lock key with that expiry), going on from
+// where the prefix's last pass stopped (keys.RetentionCursor). It reports
+// whether this store ran the pass.
+func (s *Store) TryRetention(ctx context.Context, policy RetentionPolicy, every time.Duration) (bool, RetentionResult, error) {
+	if every <= 0 {
+		return false, RetentionResult{}, check.Invalid("every", "must be positive (got %v)", every)
+	}
+	if _, err := policy.withDefaults(); err != nil {
+		return false, RetentionResult{}, err
+	}
+	c := s.client
+	err := s.do(ctx, c.B().Set().Key(keys.RetentionLock(s.cfg.Prefix)).Value(strconv.FormatInt(s.now(), 10)).Nx().Px(every).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return false, RetentionResult{}, nil
+	}
+	if err != nil {
+		return false, RetentionResult{}, fmt.Errorf("a2redis: taking the retention lock: %w", err)
+	}
+	cursor, err := s.do(ctx, c.B().Get().Key(keys.RetentionCursor(s.cfg.Prefix)).Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return true, RetentionResult{}, fmt.Errorf("a2redis: reading the retention cursor: %w", err)
+	}
+	if _, _, perr := parseRetentionCursor(cursor); perr != nil {
+		cursor = ""
+	}
+	res, err := s.Retention(ctx, policy, cursor)
+	if err != nil {
+		return true, res, err
+	}
+	if !policy.DryRun {
+		if err := s.do(ctx, c.B().Set().Key(keys.RetentionCursor(s.cfg.Prefix)).Value(res.Cursor).Build()).Error(); err != nil {
+			return true, res, fmt.Errorf("a2redis: saving the retention cursor: %w", err)
+		}
+	}
+	return true, res, nil
+}
+
+// parseRetentionCursor reads '<node>:<scan cursor>' ("" is the start).
+func parseRetentionCursor(cursor string) (int, uint64, error) {
+	if cursor == "" {
+		return 0, 0, nil
+	}
+	a, b, ok := strings.Cut(cursor, ":")
+	node, err1 := strconv.Atoi(a)
+	scan, err2 := strconv.ParseUint(b, 10, 64)
+	if !ok || err1 != nil || err2 != nil || node < 0 {
+		return 0, 0, check.Invalid("cursor", "is not a retention cursor (%q)", cursor)
+	}
+	return node, scan, nil
+}

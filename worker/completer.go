@@ -1,0 +1,170 @@
+package worker
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// The completer: heads whose handler returned no events are completed in
+// batches, one script call per session for up to CompleteBatch heads. A
+// batch is written as soon as nothing else of its session runs here (or it
+// is full, or the worker stops), else after CompleteLinger; with lane heads
+// in it the same call claims each lane's next head (CompleteAndClaim),
+// which runs in the slot its predecessor kept.
+
+// batches is the completer's state. Its lock is taken alone (a linger
+// timer) or under the worker's mu, never the other way round.
+type batches struct {
+	mu       sync.Mutex
+	sessions map[string]*sessionState
+	stopping bool // the worker stops: write every batch at once, claim nothing next
+}
+
+// sessionState is one session's batch.
+type sessionState struct {
+	batch    []*job // completions waiting to be written
+	flushing bool   // a batch of the session is being written
+	timer    *time.Timer
+}
+
+// enqueue adds a job that returned no events to its session's batch; idle
+// says that nothing else of the session runs here (mu held).
+func (w *Worker) enqueue(j *job, idle bool) {
+	b := &w.batches
+	b.mu.Lock()
+	st := b.sessions[j.session]
+	if st == nil {
+		st = &sessionState{}
+		b.sessions[j.session] = st
+	}
+	st.batch = append(st.batch, j)
+	w.maybeFlushLocked(j.session, st, idle)
+	b.mu.Unlock()
+}
+
+// sessionIdle writes session's batch now that nothing else of it runs
+// here (mu held).
+func (w *Worker) sessionIdle(session string) {
+	b := &w.batches
+	b.mu.Lock()
+	if st := b.sessions[session]; st != nil {
+		w.maybeFlushLocked(session, st, true)
+	}
+	b.mu.Unlock()
+}
+
+// flushAll writes every waiting batch at once, as a stop begins; from then
+// on batches are written as they come and claim no next heads (mu held).
+func (w *Worker) flushAll() {
+	b := &w.batches
+	b.mu.Lock()
+	b.stopping = true
+	for session, st := range b.sessions {
+		w.maybeFlushLocked(session, st, true)
+	}
+	b.mu.Unlock()
+}
+
+// maybeFlushLocked writes a session's batch now if idle (nothing else of
+// the session runs here), the batch is full or the worker stops, else once
+// CompleteLinger has passed (batches.mu held).
+func (w *Worker) maybeFlushLocked(session string, st *sessionState, idle bool) {
+	if st.flushing || len(st.batch) == 0 {
+		return
+	}
+	if w.batches.stopping || idle || len(st.batch) >= w.cfg.CompleteBatch || w.cfg.CompleteLinger < 0 {
+		w.flushNowLocked(session, st)
+		return
+	}
+	if st.timer == nil {
+		st.timer = time.AfterFunc(w.cfg.CompleteLinger, func() {
+			w.batches.mu.Lock()
+			defer w.batches.mu.Unlock()
+			st.timer = nil
+			w.flushNowLocked(session, st)
+		})
+	}
+}
+
+func (w *Worker) flushNowLocked(session string, st *sessionState) {
+	if st.flushing || len(st.batch) == 0 {
+		return
+	}
+	if st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
+	n := min(len(st.batch), w.cfg.CompleteBatch)
+	jobs := slices.Clone(st.batch[:n])
+	st.batch = slices.Delete(st.batch, 0, n)
+	st.flushing = true
+	go w.flush(session, jobs, w.batches.stopping)
+}
+
+// flushed ends a session's write: the next batch goes out as
+// maybeFlushLocked says, and a session with nothing left is forgotten
+// (mu held).
+func (w *Worker) flushed(session string) {
+	b := &w.batches
+	b.mu.Lock()
+	st := b.sessions[session]
+	st.flushing = false
+	w.maybeFlushLocked(session, st, w.active[session] == 0)
+	if len(st.batch) == 0 && !st.flushing && st.timer == nil {
+		delete(b.sessions, session)
+	}
+	b.mu.Unlock()
+}
+
+// flush completes a batch of one session's heads that returned no events
+// in one script call; with lane heads among them (and the worker not
+// stopping), the same call claims each lane's next head, which runs in the
+// slot its predecessor held.
+func (w *Worker) flush(session string, jobs []*job, stopping bool) {
+	attempts := make([]redisstore.Attempt, len(jobs))
+	slots := 0
+	for i, j := range jobs {
+		attempts[i] = redisstore.AttemptOf(j.head)
+		if j.keepSlot {
+			slots++
+		}
+	}
+	req := redisstore.CompleteAttemptsRequest{Session: session, Attempts: attempts, Consumers: w.served}
+	leaseFrom := time.Now()
+	var results []redisstore.CompleteResult
+	var next redisstore.ClaimResult
+	var err error
+	if slots > 0 && !stopping {
+		var r redisstore.CompleteAndClaimResult
+		r, err = w.store.CompleteAndClaim(w.wctx, req, redisstore.NextClaim{Holder: w.cfg.ID, TTL: w.cfg.TTL})
+		results, next = r.Results, r.Next
+	} else {
+		results, err = w.store.CompleteAttempts(w.wctx, req)
+	}
+	if w.heldDespite(w.wctx, err, len(results) == len(jobs)) {
+		err = nil
+	}
+	w.mu.Lock()
+	var heads []a2redis.HeadEvent
+	if err == nil && next.Outcome == redisstore.Claimed {
+		heads = next.Heads
+	}
+	w.admitNextLocked(session, heads, slots, leaseFrom)
+	w.flushed(session)
+	w.mu.Unlock()
+	for i, j := range jobs {
+		o := Outcome{Head: j.head, Kind: OutcomeCompleted}
+		switch {
+		case err != nil:
+			o.Kind, o.Err = OutcomeWriteFailed, fmt.Errorf("worker: completing %d heads: %w", len(jobs), err)
+		case results[i].Outcome == redisstore.CompleteSuperseded:
+			o.Kind = OutcomeSuperseded
+		}
+		w.settle(j, o)
+	}
+}

@@ -1,0 +1,396 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/notify"
+	"github.com/a2redis/a2redis/redisstore"
+)
+
+// The dispatcher finds and claims work: one goroutine waits for a
+// wake-up, the time the index names, the end of a hold or a freed slot,
+// then claims up to the free slots with ClaimNext (the sessions wake-ups
+// named first, else the ready index); what it claimed enters the ledger
+// (admitLocked), which starts the executor on it.
+
+// wokenPerClaim is how many woken sessions one ClaimNext names, and
+// maxWoken how many wait (beyond, the index is read instead).
+const (
+	wokenPerClaim = 4
+	maxWoken      = 1024
+	// claimLinger is how long a busy worker whose slots free one by one
+	// waits for more to free before it claims (at most once per claim),
+	// so that claims stay large under load.
+	claimLinger = time.Millisecond
+)
+
+// inbox is what the dispatcher is told between two claims: the sessions
+// wake-ups named, whether the index must be read again, and the earliest
+// end of a hold this worker set. Wake-ups come from the subscriber's
+// goroutine and holds from the handlers': they take its lock alone.
+type inbox struct {
+	mu       sync.Mutex
+	woken    []string
+	wokenSet map[string]bool
+	dirty    bool      // the index may list due work this worker has not claimed
+	holdAt   time.Time // the earliest end of a hold this worker set since the dispatcher last looked
+	wake     chan struct{}
+
+	hints shardHints // shards wake-ups named, for the next claim to read first
+}
+
+func newInbox() inbox {
+	return inbox{wokenSet: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// add takes in a wake-up: its session, or (a gap, or too many waiting)
+// the word to read the index.
+func (b *inbox) add(n notify.WorkNotice) {
+	b.mu.Lock()
+	switch {
+	case n.Gap || n.Session == "":
+		b.dirty = true
+		b.hints.add(n.Shard)
+	case b.wokenSet[n.Session]:
+	case len(b.woken) < maxWoken:
+		b.woken = append(b.woken, n.Session)
+		b.wokenSet[n.Session] = true
+	default:
+		b.dirty = true
+		b.hints.add(n.Shard)
+	}
+	b.mu.Unlock()
+	signal(b.wake)
+}
+
+// markDirty asks the dispatcher to read the index again.
+func (b *inbox) markDirty() {
+	b.mu.Lock()
+	b.dirty = true
+	b.mu.Unlock()
+	signal(b.wake)
+}
+
+// holdEnds makes the dispatcher look at the index again at `at` (the
+// store's clock) at the latest.
+func (b *inbox) holdEnds(at time.Time) {
+	b.mu.Lock()
+	if b.holdAt.IsZero() || at.Before(b.holdAt) {
+		b.holdAt = at
+	}
+	b.mu.Unlock()
+	signal(b.wake)
+}
+
+// collect hands the dispatcher the word to read the index (setting
+// *dirty) and the end of a hold (moving *nextAt earlier), and says how
+// many woken sessions wait.
+func (b *inbox) collect(dirty *bool, nextAt *time.Time) (woken int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dirty {
+		*dirty, b.dirty = true, false
+	}
+	if !b.holdAt.IsZero() {
+		if nextAt.IsZero() || b.holdAt.Before(*nextAt) {
+			*nextAt = b.holdAt
+		}
+		b.holdAt = time.Time{}
+	}
+	return len(b.woken)
+}
+
+// take takes up to n woken sessions, oldest first.
+func (b *inbox) take(n int) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n = min(len(b.woken), n)
+	if n == 0 {
+		return nil
+	}
+	sessions := slices.Clone(b.woken[:n])
+	b.woken = b.woken[n:]
+	for _, s := range sessions {
+		delete(b.wokenSet, s)
+	}
+	return sessions
+}
+
+// takeShards takes the shards wake-ups named since the last claim.
+func (b *inbox) takeShards() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.hints.take()
+}
+
+// putBack returns woken sessions a claim did not get to, ahead of the
+// others.
+func (b *inbox) putBack(sessions []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var back []string
+	for _, s := range sessions {
+		if !b.wokenSet[s] {
+			b.wokenSet[s] = true
+			back = append(back, s)
+		}
+	}
+	b.woken = append(back, b.woken...)
+}
+
+// watch follows the work channels until ctx ends.
+func (w *Worker) watch(ctx context.Context, errc chan<- error) {
+	ww := notify.NewWorkWatcher(w.store, notify.SubscriberOptions{})
+	err := ww.Watch(ctx, func(n notify.WorkNotice) error {
+		w.inbox.add(n)
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		errc <- fmt.Errorf("worker: watching for work: %w", err)
+	}
+}
+
+// poke makes the dispatcher read the index again.
+func (w *Worker) poke() { w.inbox.markDirty() }
+
+// repairLoop runs the ready-index repair every RepairEvery (one worker per
+// prefix and interval runs the pass).
+func (w *Worker) repairLoop(ctx context.Context) {
+	every := w.cfg.RepairEvery
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ran, st, err := w.store.TryRepairReady(ctx, every)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.runtimeError(ctx, nil, fmt.Errorf("worker: repairing the ready index: %w", err))
+		case ran:
+			w.log.Debug("ready index repaired", "worker", w.cfg.ID, "sessions", st.Sessions, "sent", st.Sent)
+			if st.Sent > 0 {
+				w.poke()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// retentionLoop runs the deployment's retention passes (Config.Retention):
+// every RetentionEvery this worker tries, and one worker per prefix and
+// interval runs the pass.
+func (w *Worker) retentionLoop(ctx context.Context) {
+	every := w.cfg.RetentionEvery
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		ran, r, err := w.store.TryRetention(ctx, *w.cfg.Retention, every)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			w.runtimeError(ctx, nil, fmt.Errorf("worker: retention pass: %w", err))
+		case ran:
+			w.log.Info("retention pass", "worker", w.cfg.ID, "scanned", r.Scanned, "idle", len(r.Idle),
+				"ended", r.Ended, "dropped", r.Dropped, "changed", r.Changed, "dry_run", w.cfg.Retention.DryRun)
+			if f := w.cfg.Hooks.OnRetention; f != nil {
+				f(ctx, r)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// dispatch is the claim loop: it waits for a wake-up, the time the index
+// names, or a freed slot, then claims up to the free slots.
+func (w *Worker) dispatch(ctx context.Context) {
+	// dirty: the index may list due work this worker has not claimed.
+	dirty := true
+	// narrowed: the last claim that found nothing left out a consumer at
+	// its MaxInFlight, so a freed slot may find that consumer work.
+	narrowed := false
+	lingered := false
+	floor := max(1, w.cfg.Concurrency/4)
+	var nextAt time.Time
+	var errWait time.Duration
+	// full: MaxWait passed with nothing else to do; the next claim reads
+	// every index shard (what nothing announces: another process's lapsed
+	// lease).
+	full := false
+	for ctx.Err() == nil {
+		woken := w.inbox.collect(&dirty, &nextAt)
+		w.mu.Lock()
+		served, limit, narrow := w.scopeLocked()
+		busy := w.free < w.cfg.Concurrency
+		w.mu.Unlock()
+		if limit > 0 && limit < floor && busy && (dirty || woken > 0) && !lingered {
+			// Busy, and slots free one by one: wait a moment for more.
+			lingered = true
+			sleep(ctx, claimLinger)
+			continue
+		}
+		lingered = false
+		var rateAt time.Time
+		claimedRated := false
+		if len(w.rated) > 0 {
+			claimedRated, rateAt = w.claimRated(ctx, dirty || woken > 0)
+		}
+		var sessions []string
+		if limit > 0 {
+			sessions = w.inbox.take(wokenPerClaim)
+		}
+		if limit > 0 && (dirty || len(sessions) > 0) {
+			shards := w.inbox.takeShards()
+			leaseFrom := time.Now()
+			res, err := w.store.ClaimNext(w.wctx, redisstore.ClaimNextRequest{
+				Holder: w.cfg.ID, TTL: w.cfg.TTL, Consumers: served, MaxFailures: w.cfg.MaxFailures,
+				Limit: limit, Sessions: sessions, Shards: shards, AllShards: full,
+			})
+			if w.heldDespite(ctx, err, res.Session != "") {
+				err = nil
+			}
+			full = false
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				w.runtimeError(ctx, nil, fmt.Errorf("worker: claiming: %w", err))
+				// A refusal (a slot migrating, a failover) passes soon.
+				most := 5 * time.Second
+				if errors.Is(err, a2redis.ErrUnavailable) {
+					most = 500 * time.Millisecond
+				}
+				errWait = min(max(2*errWait, 50*time.Millisecond), most)
+				dirty = true
+				sleep(ctx, errWait)
+				continue
+			}
+			errWait = 0
+			if res.Outcome == redisstore.Claimed {
+				if !w.admitClaim(ctx, res, leaseFrom, sessions, limit) {
+					// From the index: other sessions may be due too.
+					dirty, nextAt = true, time.Time{}
+				}
+				continue
+			}
+			dirty, nextAt, narrowed = false, res.NextAt, narrow
+		}
+		if claimedRated {
+			continue // a rate-limited consumer may have more: claim again
+		}
+		wait := w.cfg.MaxWait
+		if !dirty && !nextAt.IsZero() {
+			wait = min(max(nextAt.Sub(w.store.Now()), time.Millisecond), w.cfg.MaxWait)
+		}
+		if !rateAt.IsZero() {
+			wait = min(wait, max(time.Until(rateAt), time.Millisecond))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-w.inbox.wake:
+		case <-w.kick:
+			if narrowed {
+				dirty, narrowed = true, false
+			}
+		case <-t.C:
+			dirty, nextAt, full = true, time.Time{}, wait >= w.cfg.MaxWait
+		}
+		t.Stop()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// scopeLocked returns the consumers the next claim serves and how many
+// heads it may take: the free slots, and no consumer at its MaxInFlight
+// (narrowed reports that one was left out).
+func (w *Worker) scopeLocked() (served []a2redis.Consumer, limit int, narrowed bool) {
+	if w.free <= 0 || w.stopping {
+		return nil, 0, false
+	}
+	if !w.limited {
+		return w.served, w.free, false
+	}
+	var open []a2redis.Consumer
+	room, unlimited := 0, false
+	for _, c := range w.order {
+		if c.rate != nil {
+			continue // claimed apart (claimRated)
+		}
+		if c.limit == 0 {
+			open = append(open, c.spec)
+			unlimited = true
+			continue
+		}
+		if r := c.limit - c.running - len(c.queue); r > 0 {
+			open = append(open, c.spec)
+			room += r
+		}
+	}
+	if len(open) == 0 {
+		return nil, 0, true
+	}
+	served = open
+	if len(open) == len(w.order) && w.served != nil {
+		served = w.served
+	}
+	// One claim takes at most the store's MaxBatch heads.
+	limit = min(w.free, w.store.MaxBatch())
+	if !unlimited {
+		limit = min(limit, room)
+	}
+	return served, limit, len(open) < len(w.order)
+}
+
+// admitClaim takes in what a ClaimNext claimed, and reports whether it
+// came from a session a wake-up named (not from reading the index).
+func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult, leaseFrom time.Time, sessions []string, limit int) bool {
+	i := slices.Index(sessions, res.Session)
+	if i >= 0 {
+		// ClaimNext stopped at this one: the later named sessions were
+		// not tried, and this one may have more when the claim was full.
+		rest := sessions[i+1:]
+		if len(res.Heads)+len(res.DeadLettered) >= limit {
+			rest = sessions[i:]
+		}
+		w.inbox.putBack(rest)
+	}
+	w.mu.Lock()
+	if w.stopping {
+		if len(res.Heads) > 0 {
+			w.busy++
+			w.mu.Unlock()
+			w.releaseHeads(res.Session, res.Heads)
+		} else {
+			w.mu.Unlock()
+		}
+	} else {
+		w.free -= len(res.Heads)
+		for _, h := range res.Heads {
+			w.admitLocked(res.Session, h, leaseFrom)
+		}
+		w.mu.Unlock()
+	}
+	for _, h := range res.DeadLettered {
+		w.report(ctx, Outcome{Head: h, Kind: OutcomeDeadLettered, Failures: h.Failures})
+	}
+	return i >= 0
+}
