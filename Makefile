@@ -15,15 +15,31 @@ OTEL_EXAMPLE = examples/otel
 # module of their own too, so chromedp stays out of the library's graph.
 BROWSER_MODULE = cmd/a2redis-inspect/inspect/browsertest
 
-test:
-	go test ./... -count=1 -timeout 20m
+# Tests run through gotestsum (pinned; installed into .bin on first use):
+# a line per package, and at the end a summary of what failed — each
+# failing test with its output, build errors, panics, races, a binary that
+# timed out with the test it was running — then a DONE line. With
+# TESTJSON_DIR set (.ci/run sets it), each run also writes its events
+# there as go test -json, for the CI's closing summary.
+GOTESTSUM_VERSION = v1.13.0
+GOTESTSUM_BIN = $(CURDIR)/.bin/gotestsum-$(GOTESTSUM_VERSION)
+GOTEST = $(GOTESTSUM_BIN) --format pkgname --format-hide-empty-pkg --hide-summary=skipped \
+	$(if $(TESTJSON_DIR),--jsonfile "$$(mktemp -p $(TESTJSON_DIR) $(GOTEST_JSON_PREFIX)XXXXXX --suffix=.json)") --
+
+$(GOTESTSUM_BIN):
+	mkdir -p $(CURDIR)/.bin
+	GOBIN=$(CURDIR)/.bin/tmp go install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
+	mv $(CURDIR)/.bin/tmp/gotestsum $@ && rmdir $(CURDIR)/.bin/tmp
+
+test: $(GOTESTSUM_BIN)
+	$(GOTEST) ./... -count=1 -timeout 20m
 	# The differential test again, every seed through the general scripts
 	# only (the store tries the flat fast paths first by default).
-	go test ./conformance -run TestDifferential -count=1 -timeout 20m -args -scripts=general
-	cd bench && go test . -count=1 -timeout 10m
-	cd $(DOCKER_MODULE) && go test ./... -count=1 -timeout 20m
-	cd $(OTEL_EXAMPLE) && go test ./... -count=1 -timeout 10m
-	cd $(BROWSER_MODULE) && go test ./... -count=1 -timeout 10m
+	$(GOTEST) ./conformance -run TestDifferential -count=1 -timeout 20m -args -scripts=general
+	cd bench && $(GOTEST) . -count=1 -timeout 10m
+	cd $(DOCKER_MODULE) && $(GOTEST) ./... -count=1 -timeout 20m
+	cd $(OTEL_EXAMPLE) && $(GOTEST) ./... -count=1 -timeout 10m
+	cd $(BROWSER_MODULE) && $(GOTEST) ./... -count=1 -timeout 10m
 
 # The library's module again with Valkey as every spawned server: the
 # directory of a Valkey build (valkey-server, valkey-cli); CI has it beside
@@ -32,7 +48,7 @@ test:
 # Without the build it is skipped — with CI=true, a failure.
 VALKEY_BIN ?= ../shared/servers/valkey-8.0.1/bin
 
-test-valkey:
+test-valkey: $(GOTESTSUM_BIN)
 	@if [ ! -x "$(VALKEY_BIN)/valkey-server" ] || [ ! -x "$(VALKEY_BIN)/valkey-cli" ]; then \
 	  if [ "$$CI" = true ]; then echo "test-valkey: no Valkey build in $(VALKEY_BIN) (CI=true: a failure)"; exit 1; fi; \
 	  echo "test-valkey: no Valkey build in $(VALKEY_BIN): skipped"; exit 0; \
@@ -42,14 +58,14 @@ test-valkey:
 	ln -s "$$(cd "$(VALKEY_BIN)" && pwd)/valkey-cli" "$$bin/redis-cli" && \
 	PATH="$$bin:$$PATH" && export PATH && \
 	redis-server --version | grep -q '^Valkey server' && redis-server --version && \
-	go test ./... -count=1 -timeout 20m
+	$(GOTEST) ./... -count=1 -timeout 20m
 
 test-short:
 	go test ./... -short -count=1
 
-test-race:
-	go test ./... -race -count=1 -timeout 30m
-	cd $(DOCKER_MODULE) && go test ./... -race -count=1 -timeout 30m
+test-race: $(GOTESTSUM_BIN)
+	$(GOTEST) ./... -race -count=1 -timeout 30m
+	cd $(DOCKER_MODULE) && $(GOTEST) ./... -race -count=1 -timeout 30m
 
 # Side-by-side benchmarks (a2redis, raw Redis Streams, asynq); refreshes docs/benchmarks.md.
 bench:
