@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -263,8 +264,11 @@ func init() {
 	contract("Read/ConcurrentClearAndReclaimNeverShowAGap", func(t *testing.T, e *env) {
 		stop := make(chan struct{})
 		errs := make(chan error, 1)
+		var rounds atomic.Int64
+		var writerDone atomic.Bool
 		go func() {
 			defer close(errs)
+			defer writerDone.Store(true)
 			for round := 0; ; round++ {
 				select {
 				case <-stop:
@@ -287,11 +291,14 @@ func init() {
 					errs <- err
 					return
 				}
+				rounds.Add(1)
 			}
 		}()
-		deadline := time.Now().Add(time.Second)
+		// Reads go on until the writer has been through 5 rounds and 20
+		// reads ran (or a minute passed: then the check below fails).
+		deadline := time.Now().Add(time.Minute)
 		reads := 0
-		for time.Now().Before(deadline) {
+		for (rounds.Load() < 5 || reads < 20) && !writerDone.Load() && time.Now().Before(deadline) {
 			got, err := e.store.Read(e.ctx, "s", 0, 0)
 			e.no(err, "read %d", reads)
 			for i := 1; i < len(got); i++ {
@@ -307,6 +314,6 @@ func init() {
 		for err := range errs {
 			e.no(err, "writer")
 		}
-		e.check(reads > 5, "only %d reads", reads)
+		e.check(reads >= 20 && rounds.Load() >= 5, "only %d reads over %d rounds of the writer", reads, rounds.Load())
 	})
 }

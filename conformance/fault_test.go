@@ -16,6 +16,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/conformance/internal/model"
+	"github.com/a2redis/a2redis/internal/faultproxy"
 	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -57,6 +58,9 @@ type faultWorker struct {
 	worlds  []world
 	// counts
 	ok, refused, lostBefore, lostAfter int
+	// onLost, when set, is called as an operation fails on the transport,
+	// before the worker reads the state back.
+	onLost func()
 }
 
 func newFaultWorker(t *testing.T, client rueidis.Client, prefix, session string, seed int64) *faultWorker {
@@ -198,6 +202,9 @@ func (w *faultWorker) step(ctx context.Context) bool {
 	}
 	// The write's fate is unknown: the state must be exactly before or
 	// after it.
+	if w.onLost != nil {
+		w.onLost()
+	}
 	for attempt := 0; ; attempt++ {
 		var kept []world
 		var diffs []string
@@ -300,8 +307,11 @@ func faultClient(t *testing.T, addr string) rueidis.Client {
 }
 
 // runFaultWorkers runs workers (one session each) while chaos runs: each
-// runs at least ops operations and goes on until chaos returns.
-func runFaultWorkers(t *testing.T, client rueidis.Client, workers, ops int, chaos func()) {
+// runs at least ops operations and goes on until chaos returns (at most
+// 50×ops). chaos may wait on the workers' progress: the operations done and
+// those that failed on the transport so far (counted as they fail, before
+// the worker reads the state back), summed over the workers.
+func runFaultWorkers(t *testing.T, client rueidis.Client, workers, ops int, chaos func(progress func() (done, lost int64))) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	prefix := Prefix(t)
@@ -309,10 +319,15 @@ func runFaultWorkers(t *testing.T, client rueidis.Client, workers, ops int, chao
 	for i := range ws {
 		ws[i] = newFaultWorker(t, client, prefix, fmt.Sprintf("s%d", i), int64(100+i))
 	}
+	var done, lostOps atomic.Int64
+	progress := func() (int64, int64) { return done.Load(), lostOps.Load() }
+	for _, w := range ws {
+		w.onLost = func() { lostOps.Add(1) }
+	}
 	var chaosDone atomic.Bool
 	go func() {
 		defer chaosDone.Store(true)
-		chaos()
+		chaos(progress)
 	}()
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -323,6 +338,7 @@ func runFaultWorkers(t *testing.T, client rueidis.Client, workers, ops int, chao
 				if !w.step(ctx) {
 					return
 				}
+				done.Add(1)
 			}
 		}()
 	}
@@ -382,34 +398,64 @@ func runFaultWorkers(t *testing.T, client rueidis.Client, workers, ops int, chao
 	}
 }
 
-// TestFaultsKilledConnections kills the store's connections (CLIENT KILL)
-// again and again while four sessions run random writes.
+// waitFor polls cond until it holds or a minute passes (then fails t).
+func waitFor(t *testing.T, what string, cond func() bool) bool {
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("timed out waiting for %s", what)
+			return false
+		}
+	}
+	return true
+}
+
+// TestFaultsKilledConnections cuts the store's connection at every 5th
+// script call (60 times, then the workers go on unharmed) while four
+// sessions run random writes: in turn after the server ran the call and
+// before its reply reached the store (the write committed unseen) and
+// before the server got it (nothing ran). The faults come at chosen calls,
+// so every run has them.
 func TestFaultsKilledConnections(t *testing.T) {
 	t.Parallel()
 	srv := redistest.SpawnServer(t)
-	client := faultClient(t, srv.Addr())
-	runFaultWorkers(t, client, 4, 250, func() {
-		for end := time.Now().Add(time.Second); time.Now().Before(end); {
-			time.Sleep(15 * time.Millisecond)
-			_, _ = rawDo(srv.Addr(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-		}
-	})
+	proxy, err := faultproxy.Start(srv.Addr(), faultproxy.Rule{Commands: []string{"EVALSHA", "EVAL"}, Every: 5, Limit: 60,
+		Faults: []faultproxy.Fault{faultproxy.DropReply, faultproxy.DropCommand}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	client := faultClient(t, proxy.Addr())
+	runFaultWorkers(t, client, 4, 250, func(func() (int64, int64)) {})
+	if f := proxy.Stats().Faults; f != 60 {
+		t.Errorf("the proxy made %d faults in %d script calls, want 60", f, proxy.Stats().Counted)
+	} else {
+		t.Logf("the proxy cut %d of %d script calls", f, proxy.Stats().Counted)
+	}
 }
 
 // TestFaultsServerRestart stops the server (SIGTERM) and starts it again
-// on the same port while sessions run; the server keeps an AOF with fsync
-// always, so every acknowledged write survives and the script cache does
-// not (EVALSHA falls back to EVAL).
+// on the same port while sessions run, three times: each stop comes after
+// the workers ran some operations, and each restart once an operation
+// failed on the stopped server. The server keeps an AOF with fsync always,
+// so every acknowledged write survives and the script cache does not
+// (EVALSHA falls back to EVAL).
 func TestFaultsServerRestart(t *testing.T) {
 	t.Parallel()
 	srv := redistest.SpawnServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	client := faultClient(t, srv.Addr())
-	runFaultWorkers(t, client, 3, 150, func() {
+	runFaultWorkers(t, client, 3, 150, func(progress func() (int64, int64)) {
 		for range 3 {
-			time.Sleep(150 * time.Millisecond)
+			done, _ := progress()
+			if !waitFor(t, "operations before the stop", func() bool { d, _ := progress(); return d >= done+20 }) {
+				return
+			}
+			_, lost := progress()
 			srv.Stop()
-			time.Sleep(100 * time.Millisecond)
+			ok := waitFor(t, "an operation failed on the stopped server", func() bool { _, l := progress(); return l > lost })
 			srv.Restart()
+			if !ok {
+				return
+			}
 		}
 	})
 }
@@ -474,14 +520,21 @@ func TestFaultsDeadline(t *testing.T) {
 }
 
 // TestFaultsCoalescedAppends: sixteen producers append to one session, so
-// their appends coalesce into shared rounds, while the store's connections
-// are killed again and again. A producer retries a failed append with the
+// their appends coalesce into shared rounds, while a fault proxy cuts the
+// store's connection at every 10th script call (in turn after the server
+// ran it and before it got it). A producer retries a failed append with the
 // same ids until it succeeds. In the end every batch is in the log exactly
 // once, contiguous, at the indexes its successful call reported.
 func TestFaultsCoalescedAppends(t *testing.T) {
 	t.Parallel()
 	srv := redistest.SpawnServer(t)
-	client := faultClient(t, srv.Addr())
+	proxy, err := faultproxy.Start(srv.Addr(), faultproxy.Rule{Commands: []string{"EVALSHA", "EVAL"}, Every: 10,
+		Faults: []faultproxy.Fault{faultproxy.DropReply, faultproxy.DropCommand}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	client := faultClient(t, proxy.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The producers retry, not the store (see TestRetriesKilledConnections).
@@ -489,20 +542,6 @@ func TestFaultsCoalescedAppends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	var chaos sync.WaitGroup
-	chaos.Add(1)
-	go func() {
-		defer chaos.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-				_, _ = rawDo(srv.Addr(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-			}
-		}
-	}()
 	if _, err := rawDo(srv.Addr(), "CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)
 	}
@@ -515,10 +554,7 @@ func TestFaultsCoalescedAppends(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// On past `batches` (up to 40 times as many) until a kill has
-			// failed some append: coalesced rounds can finish them all
-			// between two kills.
-			for b := 0; b < batches || (failures.Load() == 0 && b < 40*batches); b++ {
+			for b := range batches {
 				batch := make([]a2redis.Event, 1+(p+b)%3)
 				for i := range batch {
 					batch[i] = a2redis.Event{ID: fmt.Sprintf("p%d-b%d-%d", p, b, i), Type: "t"}
@@ -546,10 +582,11 @@ func TestFaultsCoalescedAppends(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	chaos.Wait()
-	if failures.Load() == 0 {
-		t.Fatalf("the chaos never failed an append: the test proved nothing")
+	// A producer waits for each append before its next, so a round carries
+	// at most one append per producer: at least `batches` script calls,
+	// every 10th of them cut, and a cut call fails every append of its round.
+	if f := proxy.Stats().Faults; f < batches/10 || failures.Load() == 0 {
+		t.Fatalf("%d faults made, %d appends failed: want at least %d and some", f, failures.Load(), batches/10)
 	}
 	var log []a2redis.StoredEvent
 	for {

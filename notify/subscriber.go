@@ -111,6 +111,9 @@ type SubscriberOptions struct {
 type Subscriber struct {
 	client rueidis.Client
 	opts   SubscriberOptions
+	// received, when set (tests only), is called with each message read
+	// from the connection, before it is queued or dropped.
+	received func(Notice)
 }
 
 // NewSubscriber returns a subscriber on client.
@@ -229,7 +232,11 @@ func (s *Subscriber) pump(ctx context.Context, channel string, q *queue) error {
 			cmd = conn.B().Ssubscribe().Channel(channel).Build()
 		}
 		err := conn.Receive(hooked, cmd, func(m rueidis.PubSubMessage) {
-			q.push(Notice{Kind: NoticeMessage, Channel: channel, Payload: []byte(m.Message)})
+			n := Notice{Kind: NoticeMessage, Channel: channel, Payload: []byte(m.Message)}
+			if s.received != nil {
+				s.received(n)
+			}
+			q.push(n)
 		})
 		// Close the connection rather than hand a subscribed one back to
 		// the pool; a new subscription gets a new connection.

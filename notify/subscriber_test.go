@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,6 +119,8 @@ func TestSubscriberReportsOverflow(t *testing.T) {
 	release := make(chan struct{})
 	notices := make(chan notify.Notice, 100)
 	sub := notify.NewSubscriber(client, notify.SubscriberOptions{QueueLimit: 3})
+	var received atomic.Int64
+	notify.SetReceived(sub, func(notify.Notice) { received.Add(1) })
 	subscription(t, ctx, sub, "ch", func(n notify.Notice) {
 		notices <- n
 		if n.Kind == notify.NoticeMessage && string(n.Payload) == "block" {
@@ -131,9 +134,12 @@ func TestSubscriberReportsOverflow(t *testing.T) {
 	for _, m := range []string{"1", "2", "3", "4", "5", "6"} {
 		publish(t, ctx, client, "ch", m)
 	}
-	// Published messages reach the queue asynchronously: give them a
-	// moment before the handler drains it.
-	time.Sleep(100 * time.Millisecond)
+	// Published messages reach the subscriber asynchronously: the handler
+	// drains the queue once all seven ("block" and six) were read.
+	for received.Load() < 7 {
+		require.NoError(t, ctx.Err(), "the subscriber read %d of 7 messages", received.Load())
+		time.Sleep(time.Millisecond)
+	}
 	close(release)
 	var got []string
 	for range 4 {

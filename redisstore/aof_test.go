@@ -125,9 +125,7 @@ func stoppedReplicaReported(t *testing.T, ctx context.Context, store *redisstore
 }
 
 func TestDurabilityAOFValkeyStandalone(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns Valkey")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	srv := redistest.SpawnServerFrom(t, redistest.Valkey(t), "--appendonly", "yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
@@ -142,9 +140,7 @@ func TestDurabilityAOFValkeyStandalone(t *testing.T) {
 }
 
 func TestDurabilityAOFValkeyReplica(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns Valkey")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	master, replica := redistest.SpawnReplicatedFrom(t, redistest.Valkey(t), "--appendonly", "yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
@@ -164,9 +160,7 @@ func TestDurabilityAOFValkeyReplica(t *testing.T) {
 }
 
 func TestDurabilityAOFValkeyCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns a Valkey cluster")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 5 * time.Second,
 		Bins: redistest.Valkey(t), ExtraArgs: []string{"--appendonly", "yes"}})

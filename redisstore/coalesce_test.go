@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/redistest"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -117,8 +119,24 @@ func indexesOf(events []a2redis.StoredEvent) []int64 {
 	return out
 }
 
+// serverWithControl spawns a server and returns a client for the store and
+// one of the test's own (another connection: the store's is held with its
+// script while writes are paused).
+func serverWithControl(t *testing.T) (client, ctl rueidis.Client) {
+	t.Helper()
+	addr, _ := redistest.Spawn(t)
+	var err error
+	client, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	ctl, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	require.NoError(t, err)
+	t.Cleanup(ctl.Close)
+	return client, ctl
+}
+
 // pauseWrites holds the server's write commands for d (CLIENT PAUSE ends by
-// itself).
+// itself, or at CLIENT UNPAUSE from another connection).
 func pauseWrites(t *testing.T, c rueidis.Client, d time.Duration) {
 	t.Helper()
 	cmd := c.B().Arbitrary("CLIENT", "PAUSE").Args(fmt.Sprint(d.Milliseconds()), "WRITE").Build()
@@ -131,7 +149,7 @@ func pauseWrites(t *testing.T, c rueidis.Client, d time.Duration) {
 // unsent; a session of its own is not held back by the queue.
 func TestCoalescingSharesScriptCalls(t *testing.T) {
 	t.Parallel()
-	client := privateServer(t)
+	client, ctl := serverWithControl(t)
 	ctx := context.Background()
 	s, err := redisstore.New(ctx, client, redisstore.Config{Prefix: "co"})
 	require.NoError(t, err)
@@ -140,7 +158,17 @@ func TestCoalescingSharesScriptCalls(t *testing.T) {
 	watchSession(t, s, "s") // followed: every round publishes its wake-up
 	require.NoError(t, client.Do(ctx, client.B().ConfigResetstat().Build()).Error())
 
-	pauseWrites(t, client, 300*time.Millisecond)
+	// Writes are held until the test lets them go (CLIENT UNPAUSE), once
+	// the line's two rounds are out and the other 38 calls queued.
+	pauseWrites(t, client, time.Minute)
+	unpaused := false
+	unpause := func() {
+		if !unpaused {
+			unpaused = true
+			require.NoError(t, ctl.Do(ctx, ctl.B().Arbitrary("CLIENT", "UNPAUSE").Build()).Error())
+		}
+	}
+	defer unpause()
 	var wg sync.WaitGroup
 	results := make([]redisstore.AppendResult, 40)
 	errs := make([]error, 40)
@@ -149,20 +177,43 @@ func TestCoalescingSharesScriptCalls(t *testing.T) {
 		defer wg.Done()
 		results[0], errs[0] = s.Append(ctx, "s", []a2redis.Event{{ID: "lead", Type: "t"}}, redisstore.AppendOptions{})
 	}()
-	time.Sleep(50 * time.Millisecond) // the leader's script is held by the pause
+	waitLine := func(what string, inFlight, queued int) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+			f, q := redisstore.CoalesceLine(s, "s")
+			if f == inFlight && q == queued {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "%s: the line has %d rounds out and %d calls queued", what, f, q)
+		}
+	}
+	waitLine("the leader's round", 1, 0)
+	// ... and its script held by the server (so it goes first).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		info, err := ctl.Do(ctx, ctl.B().Info().Section("clients").Build()).ToString()
+		require.NoError(t, err)
+		if strings.Contains(info, "blocked_clients:1\r\n") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the leader's script was never held: %s", info)
+	}
 	for i := 1; i < 40; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			results[i], errs[i] = s.Append(ctx, "s", []a2redis.Event{{ID: fmt.Sprintf("q%d", i), Type: "t"}}, redisstore.AppendOptions{})
 		}()
+		if i == 1 {
+			waitLine("the second round", 2, 0) // the leader's goes first
+		}
 	}
-	time.Sleep(50 * time.Millisecond) // both of the line's rounds are out; the rest queue
+	waitLine("the rest queued", 2, 38)
 	// A queued caller that gives up is not written.
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	_, err = s.Append(short, "s", []a2redis.Event{{ID: "gave-up", Type: "t"}}, redisstore.AppendOptions{})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	unpause()
 	wg.Wait()
 
 	var indexes []int64
@@ -219,13 +270,13 @@ func TestNoCoalescing(t *testing.T) {
 // error; nothing is half-written (the next appends of the same ids write).
 func TestCoalescedRoundFailureReachesEveryCaller(t *testing.T) {
 	t.Parallel()
-	client := privateServer(t)
+	client, ctl := serverWithControl(t)
 	ctx := context.Background()
 	s, err := redisstore.New(ctx, client, redisstore.Config{Prefix: "cf"})
 	require.NoError(t, err)
 	_, err = s.Append(ctx, "s", []a2redis.Event{{ID: "warm", Type: "t"}}, redisstore.AppendOptions{})
 	require.NoError(t, err)
-	pauseWrites(t, client, 300*time.Millisecond)
+	pauseWrites(t, client, time.Minute) // until every append gave up
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
@@ -242,7 +293,7 @@ func TestCoalescedRoundFailureReachesEveryCaller(t *testing.T) {
 		require.Error(t, err, "append %d", i)
 		require.True(t, errors.Is(err, context.DeadlineExceeded), "append %d: %v", i, err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, ctl.Do(ctx, ctl.B().Arbitrary("CLIENT", "UNPAUSE").Build()).Error())
 	// Whatever was sent committed whole or not at all: the retries write
 	// or replay, and the log is contiguous.
 	for i := range errs {

@@ -29,12 +29,14 @@ import (
 // the ready-index update of a write that committed (that update used to
 // wait Config.ReadyWait, 1s, whatever the caller's deadline). The test
 // allows deadlineAllowance over the deadline: DeadlineSlack plus room for
-// a loaded machine; the longest overrun is logged.
+// a loaded machine; the longest overrun is logged. A call that waited for
+// the stall would return a second after its deadline (the stall ends
+// 1.5s after it began), twice the allowance.
 
 const (
 	callDeadline      = 500 * time.Millisecond
 	stallFor          = 1500 * time.Millisecond
-	deadlineAllowance = redisstore.DeadlineSlack + 200*time.Millisecond
+	deadlineAllowance = redisstore.DeadlineSlack + 450*time.Millisecond
 )
 
 // rawCommand sends one command on a connection of its own and returns the
@@ -277,9 +279,15 @@ func TestDeadlinesKeptAtTheReadyUpdate(t *testing.T) {
 			}
 			session, head := e.session(o.heads, o.claimed)
 			var held <-chan struct{}
-			stallNow := func() { held = st.start(t, e.addr) }
+			var starting time.Duration // the test's own time to set the stall up, not the call's
+			stallNow := func() {
+				t0 := time.Now()
+				held = st.start(t, e.addr)
+				starting = time.Since(t0)
+			}
 			e.client.armed.Store(&stallNow)
 			over, err := timed(func(ctx context.Context) error { return o.call(ctx, e.store, session, head) })
+			over -= starting
 			require.Nil(t, e.client.armed.Load(), "%s %s sent a ready-index update", st.name, o.name)
 			kept := redisstore.LateReadyUpdates(e.store)
 			<-held

@@ -31,9 +31,7 @@ import (
 // graceful CLUSTER FAILOVER, one after the other, then each back again (six
 // failovers), while the workload runs.
 func TestClusterFailoverUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	// Each failover waits until every node knows the new roles, which the
 	// cluster bus gossips the faster the smaller the node timeout; 3s still
@@ -115,9 +113,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 // counted apart (the workload sends it again with the same ids until it is
 // acknowledged, which the new master alone cannot do).
 func TestClusterKilledMasterDurable(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 1500 * time.Millisecond})
 	sessions := make([]string, 16)
@@ -288,10 +284,8 @@ func (r *migRig) logFailoverCounts(before, after map[string]int64) {
 // new owner's replica is frozen (DEBUG SLEEP), so an honest wait reports
 // ErrNotReplicated; a wait left on the old owner would report success.
 func TestDurabilityWaitFollowsAMovedSlot(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns a private cluster")
-	}
-	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 3000,
+	redistest.Chaos(t)
+	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 3 * time.Second,
 		ExtraArgs: []string{"--enable-debug-command", "yes"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -44,9 +44,7 @@ const (
 // time in random order with a pause between keys, so that appends, claims
 // and completions run against half-migrated slots.
 func TestSlotMigrationRandomOrder(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	cl := redistest.SpawnCluster(t)
 	sessions := make([]string, 16)
@@ -116,9 +114,7 @@ func TestSlotMigrationRandomOrder(t *testing.T) {
 // another and back, so that every session (all chosen on that node) moves
 // twice.
 func TestSlotMigrationReshard(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	cl := redistest.SpawnCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

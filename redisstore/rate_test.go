@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,7 +52,7 @@ func TestRateLimit(t *testing.T) {
 			next, err := s.TakeStarts(ctx, "fast", short, 5)
 			require.NoError(t, err)
 			require.Equal(t, 3, next.Starts, "a new window")
-			require.Equal(t, g.Window+1, next.Window)
+			require.Greater(t, next.Window, g.Window) // +1, or more on a slow machine
 
 			for _, bad := range []redisstore.RateLimit{{Starts: 0, Per: time.Second}, {Starts: 1, Per: 0}} {
 				_, err := s.TakeStarts(ctx, "mailer", bad, 1)
@@ -79,24 +80,39 @@ func TestRateGiveBackAfterItsWindow(t *testing.T) {
 			ctx := context.Background()
 			s, err := redisstore.New(ctx, tg.Client(t), redisstore.Config{Prefix: redistest.Prefix(t)})
 			require.NoError(t, err)
-			limit := redisstore.RateLimit{Starts: 5, Per: 200 * time.Millisecond}
-			old, err := s.TakeStarts(ctx, "c", limit, 2)
-			require.NoError(t, err)
-			require.Equal(t, 2, old.Starts)
-			time.Sleep(old.Wait + 5*time.Millisecond)
-			cur, err := s.TakeStarts(ctx, "c", limit, 5)
-			require.NoError(t, err)
-			require.Equal(t, 5, cur.Starts, "the next window grants its limit")
-			require.Greater(t, cur.Window, old.Window)
-			require.NoError(t, s.GiveBackStarts(ctx, "c", limit, old, 2))
-			more, err := s.TakeStarts(ctx, "c", limit, 5)
-			require.NoError(t, err)
-			require.Equal(t, cur.Window, more.Window, "still the same window (it lasts 200ms)")
-			require.Zero(t, more.Starts, "the old window's starts were not given back to this one")
-			require.NoError(t, s.GiveBackStarts(ctx, "c", limit, cur, 1))
-			more, err = s.TakeStarts(ctx, "c", limit, 5)
-			require.NoError(t, err)
-			require.Equal(t, 1, more.Starts, "its own window's start is")
+			limit := redisstore.RateLimit{Starts: 5, Per: 500 * time.Millisecond}
+			// The steps after the first window must fall in one window; a
+			// machine too slow for that makes the try void (not a failure),
+			// and the test tries again with a consumer of its own.
+			for try := 0; ; try++ {
+				require.Less(t, try, 20, "no try kept its steps within one window")
+				c := fmt.Sprint("c", try)
+				old, err := s.TakeStarts(ctx, c, limit, 2)
+				require.NoError(t, err)
+				require.Equal(t, 2, old.Starts)
+				time.Sleep(old.Wait + 5*time.Millisecond)
+				cur, err := s.TakeStarts(ctx, c, limit, 5)
+				require.NoError(t, err)
+				require.Equal(t, 5, cur.Starts, "the next window grants its limit")
+				require.Greater(t, cur.Window, old.Window)
+				require.NoError(t, s.GiveBackStarts(ctx, c, limit, old, 2))
+				more, err := s.TakeStarts(ctx, c, limit, 5)
+				require.NoError(t, err)
+				if more.Window != cur.Window {
+					t.Logf("try %d: the window rolled between the steps; again", try)
+					continue
+				}
+				require.Zero(t, more.Starts, "the old window's starts were not given back to this one")
+				require.NoError(t, s.GiveBackStarts(ctx, c, limit, cur, 1))
+				more, err = s.TakeStarts(ctx, c, limit, 5)
+				require.NoError(t, err)
+				if more.Window != cur.Window {
+					t.Logf("try %d: the window rolled between the steps; again", try)
+					continue
+				}
+				require.Equal(t, 1, more.Starts, "its own window's start is")
+				break
+			}
 		})
 	}
 }

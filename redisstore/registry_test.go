@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,9 +103,11 @@ func TestConsumerAddedWhileAppending(t *testing.T) {
 			wg       sync.WaitGroup
 			appended [sessions]atomic.Int64
 		)
+		var producers []*redisstore.Store
 		for p := 0; p < 2; p++ {
 			producer, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, ConsumerRefresh: refresh})
 			require.NoError(t, err)
+			producers = append(producers, producer)
 			wg.Add(1)
 			go func(p int) {
 				defer wg.Done()
@@ -126,10 +129,27 @@ func TestConsumerAddedWhileAppending(t *testing.T) {
 		require.NoError(t, admin.RemoveConsumers(ctx, "auditor"))
 		time.Sleep(60 * time.Millisecond)
 		require.NoError(t, admin.AddConsumers(ctx, auditor))
-		// The bound: every store serves the change within ConsumerRefresh;
-		// the appends go on past it, so each session's next append starts
-		// (or wakes) the cursor, from the start of its lifetime (Backfill).
-		time.Sleep(2*refresh + 60*time.Millisecond)
+		// Every store serves the change within ConsumerRefresh; once both
+		// producers do, each session's next append starts (or wakes) the
+		// cursor, from the start of its lifetime (Backfill). The appends go
+		// on until every session had two since (the first may have begun
+		// before its producer's copy changed).
+		deadline := time.Now().Add(time.Minute)
+		lacks := func(p *redisstore.Store) bool { return !slices.Contains(names(p.Consumers()), "auditor") }
+		for slices.ContainsFunc(producers, lacks) {
+			require.True(t, time.Now().Before(deadline), "the producers never saw the auditor again")
+			time.Sleep(time.Millisecond)
+		}
+		var seen [sessions]int64
+		for s := range seen {
+			seen[s] = appended[s].Load()
+		}
+		for s := 0; s < sessions; s++ {
+			for appended[s].Load() < seen[s]+2 {
+				require.True(t, time.Now().Before(deadline), "chat-%d had no append after the producers saw the auditor", s)
+				time.Sleep(time.Millisecond)
+			}
+		}
 		stop.Store(true)
 		wg.Wait()
 		for s := 0; s < sessions; s++ {
@@ -184,15 +204,18 @@ func TestConsumerRegistry(t *testing.T) {
 		_, err = a.ClaimAvailable(ctx, redisstore.ClaimRequest{Session: "s", Holder: "h", TTL: time.Minute, Consumers: []a2redis.Consumer{{Name: "billing"}}})
 		require.NoError(t, err)
 
-		// Removal reaches a store with a short refresh within it.
+		// Removal reaches a store once its refresh interval has passed, not
+		// before: d's copy (an hour) stands, c's (30ms) is read again.
 		c, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, ConsumerRefresh: 30 * time.Millisecond})
 		require.NoError(t, err)
 		require.Len(t, c.Consumers(), 3)
-		require.NoError(t, b.RemoveConsumers(ctx, "mailer", "nobody"))
-		_, err = c.Append(ctx, "s", []a2redis.Event{{Type: "x"}}, redisstore.AppendOptions{})
+		d, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, ConsumerRefresh: time.Hour})
 		require.NoError(t, err)
-		require.Len(t, c.Consumers(), 3, "within the refresh interval the copy stands")
-		time.Sleep(40 * time.Millisecond)
+		require.NoError(t, b.RemoveConsumers(ctx, "mailer", "nobody"))
+		_, err = d.Append(ctx, "s", []a2redis.Event{{Type: "x"}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		require.Len(t, d.Consumers(), 3, "within the refresh interval the copy stands")
+		time.Sleep(40 * time.Millisecond) // past c's interval (more is fine)
 		_, err = c.Append(ctx, "s", []a2redis.Event{{Type: "x"}}, redisstore.AppendOptions{})
 		require.NoError(t, err)
 		require.Equal(t, []string{"auditor", "billing"}, names(c.Consumers()))

@@ -175,6 +175,7 @@ func TestScriptsSurviveTheScriptCache(t *testing.T) {
 // scripts were not loaded on) is loaded by SCRIPT LOAD on its first
 // NOSCRIPT: the store sends no EVAL there either.
 func TestScriptsLoadedOnEveryClusterNode(t *testing.T) {
+	redistest.Chaos(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 2 * time.Second})

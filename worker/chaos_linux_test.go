@@ -51,9 +51,7 @@ import (
 // wedged lane), a dead letter, a panic in any process, a Shutdown that
 // missed its deadline and a library goroutine left after it fail the test.
 func TestChaosDurableCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the chaos test spawns a 6-node cluster and three worker processes")
-	}
+	redistest.Chaos(t)
 	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 3 * time.Second})
 	// A budget a slow reshard and failover on a loaded machine fit in.
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/cmd/a2redis-inspect/inspect"
+	"github.com/a2redis/a2redis/internal/redistest"
 )
 
 // inspectRun runs the a2redis-inspect CLI in this process on the env's
@@ -41,6 +42,7 @@ func (e *processEnv) inspectRun(args ...string) string {
 // until the lease ends the CLI's `cursors` and the dashboard's session page
 // show them "orphaned" (not "claimed": nothing runs them), then "lapsed".
 func TestKilledWorkerLeavesTheViews(t *testing.T) {
+	redistest.Chaos(t)
 	for _, tg := range processTargets[1:] { // real servers: redis, cluster
 		t.Run(tg.name, func(t *testing.T) {
 			e := newProcessEnv(t, tg.url(t))

@@ -93,9 +93,15 @@ func TestDeadWorkerDisappears(t *testing.T) {
 		noop := worker.Handle("mailer", func(context.Context, a2redis.HeadEvent) ([]a2redis.Event, error) { return nil, nil })
 		w, err := worker.New(e.store, worker.Config{ID: "w-dying", HeartbeatTTL: ttl, Logger: quiet()}, noop)
 		require.NoError(t, err)
-		var alive atomic.Bool
+		var alive, skipped atomic.Bool
 		alive.Store(true)
-		worker.SetBeatGate(w, alive.Load)
+		worker.SetBeatGate(w, func() bool {
+			if !alive.Load() {
+				skipped.Store(true)
+				return false
+			}
+			return true
+		})
 		done := make(chan error, 1)
 		go func() { done <- w.Run(e.ctx) }()
 		t.Cleanup(func() { _ = w.Shutdown(context.Background()); <-done })
@@ -103,7 +109,8 @@ func TestDeadWorkerDisappears(t *testing.T) {
 
 		e.eventually("both workers listed", func() bool { return len(e.liveWorkers()) == 2 })
 		alive.Store(false)
-		time.Sleep(ttl / 2) // a heartbeat already under way lands
+		// Beats are sequential: once one is skipped, the last one landed.
+		e.eventually("a heartbeat skipped", skipped.Load)
 		e.clock.Advance(ttl + time.Millisecond)
 		e.eventually("only the live worker listed", func() bool {
 			ws := e.liveWorkers()

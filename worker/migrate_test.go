@@ -94,9 +94,7 @@ type wmRig struct {
 
 // TestWorkerSurvivesReshard: see the comment above the constants.
 func TestWorkerSurvivesReshard(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: spawns a private cluster")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	cl := redistest.SpawnCluster(t)
 	// A budget a slow reshard on a loaded machine fits in (a reshard once

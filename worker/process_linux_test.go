@@ -163,6 +163,7 @@ func (e *processEnv) list(key string) []int64 {
 // exactly once and nothing is lost; lanes run in order; a handler ran
 // twice only for heads the killed process held when it died.
 func TestKilledWorkerProcessLosesNothing(t *testing.T) {
+	redistest.Chaos(t)
 	for _, tg := range processTargets {
 		t.Run(tg.name, func(t *testing.T) {
 			e := newProcessEnv(t, tg.url(t))
@@ -277,6 +278,7 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 // recorded (its renewal finds the claim gone, or the fence refuses the late
 // completion): the takeover's completion is the one that counts.
 func TestPausedWorkerProcessLosesToTheTakeover(t *testing.T) {
+	redistest.Chaos(t)
 	for _, tg := range processTargets {
 		t.Run(tg.name, func(t *testing.T) {
 			e := newProcessEnv(t, tg.url(t))
@@ -318,6 +320,7 @@ func TestPausedWorkerProcessLosesToTheTakeover(t *testing.T) {
 // MaxFailures with the takeovers' reason, and every other head of the
 // session completes exactly once: a crash takes down only itself.
 func TestCrashingHandlerTakesDownOnlyItself(t *testing.T) {
+	redistest.Chaos(t)
 	for _, tg := range processTargets {
 		t.Run(tg.name, func(t *testing.T) {
 			e := newProcessEnv(t, tg.url(t))

@@ -79,6 +79,9 @@ type Rule struct {
 	Limit int64
 	// Fault is what happens to a picked command.
 	Fault Fault
+	// Faults, when set, takes Fault's place: the kth fault of the rule
+	// (from 0) is Faults[k % len(Faults)].
+	Faults []Fault
 	// Stall is how long a Stall fault holds its command.
 	Stall time.Duration
 }
@@ -188,9 +191,13 @@ func (p *Proxy) decide(name string) (fault Fault, stall time.Duration, hit bool)
 	if r.Limit > 0 && p.ruleFaults >= r.Limit {
 		return 0, 0, false
 	}
+	fault = r.Fault
+	if len(r.Faults) > 0 {
+		fault = r.Faults[p.ruleFaults%int64(len(r.Faults))]
+	}
 	p.ruleFaults++
 	p.faults.Add(1)
-	return r.Fault, r.Stall, true
+	return fault, r.Stall, true
 }
 
 func (p *Proxy) track(c net.Conn) bool {

@@ -111,6 +111,30 @@ func TestRuleNthAndLimit(t *testing.T) {
 	}
 }
 
+// Faults cycles: the kth fault is Faults[k % len].
+func TestRuleCyclesFaults(t *testing.T) {
+	_, through, direct := start(t, faultproxy.Rule{Commands: []string{"SET"}, Every: 1, Limit: 4,
+		Faults: []faultproxy.Fault{faultproxy.DropReply, faultproxy.DropCommand}}, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := redistest.Prefix(t)
+	var stored []int64
+	for i := 1; i <= 4; i++ {
+		key := fmt.Sprintf("%s:k%d", prefix, i)
+		if err := through.Do(ctx, through.B().Set().Key(key).Value("v").Build()).Error(); err == nil {
+			t.Errorf("SET %d: no error", i)
+		}
+		n, err := direct.Do(ctx, direct.B().Exists().Key(key).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, n)
+	}
+	if fmt.Sprint(stored) != "[1 0 1 0]" {
+		t.Errorf("keys stored %v, want [1 0 1 0] (reply dropped, command dropped, ...)", stored)
+	}
+}
+
 // Pub/sub passes through: a subscriber on the proxy receives what is
 // published, and its pushes are never taken for replies.
 func TestPubSubPassesThrough(t *testing.T) {

@@ -88,6 +88,10 @@ func SpawnClusterWith(t testing.TB, opts ClusterOptions) *ClusterInstance {
 	if opts.ReplicasPerMaster < 0 || opts.NodeTimeout < 0 {
 		t.Fatalf("redistest: ClusterOptions %+v: negative", opts)
 	}
+	if opts.NodeTimeout > 0 && opts.NodeTimeout < time.Millisecond {
+		// Redis takes milliseconds: a bare 3000 (3µs) would be a timeout of 0.
+		t.Fatalf("redistest: ClusterOptions.NodeTimeout %v is under a millisecond (a duration, e.g. 3 * time.Second)", opts.NodeTimeout)
+	}
 	dir, err := tempDir("redistest-pcluster-")
 	if err != nil {
 		t.Fatalf("redistest: %v", err)

@@ -118,9 +118,7 @@ func TestSpawnClusterMovesSlots(t *testing.T) {
 // takes over on its own, and the killed node restarted as the new master's
 // replica.
 func TestSpawnClusterWithReplicasFailsOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
+	redistest.Chaos(t)
 	t.Parallel()
 	cl := redistest.SpawnClusterWith(t, redistest.ClusterOptions{ReplicasPerMaster: 1, NodeTimeout: 1500 * time.Millisecond})
 	c := cl.Client(t)
