@@ -80,15 +80,16 @@ test-race: $(GOTESTSUM_BIN)
 # on the code (docs/testing.md lists them and their last results): slot
 # migrations and reshards under load, failovers on node timeouts, killed and
 # stopped worker processes, the multi-process chaos test, AOF fsync waits.
-# The packages run whole with A2REDIS_CHAOS=1 (about 15 minutes here).
+# The packages run whole with A2REDIS_CHAOS=1 (about 5 minutes here).
 CHAOS_PACKAGES = ./redisstore ./worker ./internal/redistest
+GOTEST_VERBOSE = $(GOTESTSUM_BIN) --format standard-verbose --hide-summary=skipped --
 chaos: $(GOTESTSUM_BIN)
-	A2REDIS_CHAOS=1 $(GOTEST) $(CHAOS_PACKAGES) -count=1 -timeout 60m -v
+	A2REDIS_CHAOS=1 $(GOTEST_VERBOSE) $(CHAOS_PACKAGES) -count=1 -timeout 60m
 
 # Scripts and the ready index at scale (1M heads, 100,000 sessions):
 # SLOWLOG bounds per call, memory per session (minutes; A2REDIS_SCALE=1).
 scale: $(GOTESTSUM_BIN)
-	A2REDIS_SCALE=1 $(GOTEST) ./redisstore -run 'Scale|AtScale|TestMemoryFollowsLiveSessions|TestCompactionCost' -count=1 -timeout 60m -v
+	A2REDIS_SCALE=1 $(GOTEST_VERBOSE) ./redisstore -run 'Scale|AtScale|TestMemoryFollowsLiveSessions|TestCompactionCost' -count=1 -timeout 60m
 
 # Side-by-side benchmarks (a2redis, raw Redis Streams, asynq); refreshes docs/benchmarks.md.
 bench:
