@@ -5,7 +5,7 @@ go 1.26.8
 require (
 	github.com/a2redis/a2redis v0.0.0
 	github.com/hibiken/asynq v0.26.0
-	github.com/redis/rueidis v1.0.79
+	github.com/redis/rueidis v1.0.80
 )
 
 require (
@@ -15,7 +15,7 @@ require (
 	github.com/redis/go-redis/v9 v9.14.1 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/cast v1.10.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 )

@@ -361,7 +361,7 @@ const redirectHops = 2
 //
 // The group never goes through rueidis's cluster DoMulti: there a keyed
 // command redirected by ASK in a group that also holds a blocking command
-// (WAIT, WAITAOF) panics inside rueidis v1.0.79 (see docs/design-notes.md,
+// (WAIT, WAITAOF) panics inside rueidis v1.0.79 and v1.0.80 (see docs/design-notes.md,
 // "rueidis v1.0.79 panics on an ASK in a group with a blocking command"),
 // and a redirect there could split the script from its wait. On a cluster
 // the group goes to the node rueidis maps the session's slot to; a MOVED
