@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,29 @@ func workerScenarios(latencyEvents int) []*scenario {
 		events: 10_000, ceiling: "streams/group", asynq: "asynq/process/concurrency=16",
 		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
 			return workerTypedLog(ctx, h, n, 100)
+		},
+	}, &scenario{
+		id: "a2redis/worker/hot-session/control", system: SystemA2, kind: KindLatency,
+		title: fmt.Sprintf("worker runtime, Concurrency 16, a 1 ms handler: %d sessions × %d events appended at once, "+
+			"append → handler start of their events, with nothing else to do (the control of the next row)", hotSmalls, hotSmallEvents),
+		events: hotSmalls * hotSmallEvents,
+		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
+			return workerHotSession(ctx, h, n, 0, 1)
+		},
+	}, &scenario{
+		id: "a2redis/worker/hot-session/backlog", system: SystemA2, kind: KindLatency,
+		title: fmt.Sprintf("the same, while the worker has a backlog of %d events (at scale 1) in one other session, appended while it runs "+
+			"(fair share: within 2× of the control)", hotBacklog),
+		events: hotSmalls * hotSmallEvents,
+		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
+			return workerHotSession(ctx, h, n, h.scaled(hotBacklog, 2000), 1)
+		},
+	}, &scenario{
+		id: "a2redis/worker/hot-session/backlog-3-workers", system: SystemA2, kind: KindLatency,
+		title:  "the same with three workers of Concurrency 16 (each receives every wake-up and rotates on its own)",
+		events: hotSmalls * hotSmallEvents,
+		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
+			return workerHotSession(ctx, h, n, h.scaled(hotBacklog, 2000), 3)
 		},
 	}, &scenario{
 		id: "a2redis/worker/latency", system: SystemA2, kind: KindLatency,
@@ -230,6 +254,104 @@ func workerLatency(ctx context.Context, h *harness, n int) (Measurement, error) 
 	return Measurement{
 		Events: n, Seconds: elapsed.Seconds(), Throughput: achieved,
 		Latency: rec.latency("Append start → handler start in the worker"),
+		Cost:    cost,
+	}, nil
+}
+
+// The hot-session rows: small sessions beside one session with a backlog.
+const (
+	hotSmalls      = 200
+	hotSmallEvents = 5
+	hotBacklog     = 20_000
+)
+
+// workerHotSession measures how long the events of hotSmalls sessions of
+// hotSmallEvents events each wait (their append's start → their handler's
+// start) in a worker whose handler takes about a millisecond, after
+// `backlog` events were appended to one other session while the worker ran
+// (none: the control), by `workers` workers. n is the small sessions' events.
+func workerHotSession(ctx context.Context, h *harness, n, backlog, workers int) (Measurement, error) {
+	st, _, err := h.workerStore(ctx, nil)
+	if err != nil {
+		return Measurement{}, err
+	}
+	sessions := n / hotSmallEvents
+	clk := newClock()
+	appended := make(stamps, sessions)
+	rec := newRecorder(n)
+	handler := func(_ context.Context, head a2redis.HeadEvent) ([]a2redis.Event, error) {
+		if i, ok := strings.CutPrefix(head.Session, "small-"); ok {
+			if k, err := strconv.Atoi(i); err == nil {
+				if d, ok := appended.since(k, clk.now()); ok {
+					rec.add(d)
+				}
+			}
+		}
+		time.Sleep(time.Millisecond)
+		return nil, nil
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, workers)
+	for range workers {
+		running := make(chan struct{})
+		w, err := worker.New(st, worker.Config{
+			Concurrency:  16,
+			AllConsumers: true,
+			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Hooks:        worker.Hooks{OnStart: func(context.Context) { close(running) }},
+		}, worker.Handle(a2Consumer, handler))
+		if err != nil {
+			return Measurement{}, err
+		}
+		go func() { done <- w.Run(wctx) }()
+		<-running
+	}
+	time.Sleep(200 * time.Millisecond) // the work subscriptions confirm
+	target := []a2redis.Target{{Consumer: a2Consumer}}
+	for i := 0; i < backlog; i += 500 {
+		batch := make([]a2redis.Event, min(500, backlog-i))
+		for j := range batch {
+			batch[j] = a2redis.Event{Type: "order.placed", Payload: payload, Targets: target}
+		}
+		if _, err := st.Append(ctx, "hot", batch, redisstore.AppendOptions{}); err != nil {
+			return Measurement{}, err
+		}
+	}
+	ph, err := h.begin(ctx)
+	if err != nil {
+		return Measurement{}, err
+	}
+	start := time.Now()
+	for k := range sessions {
+		batch := make([]a2redis.Event, hotSmallEvents)
+		for j := range batch {
+			batch[j] = a2redis.Event{Type: "order.placed", Payload: payload, Targets: target}
+		}
+		appended[k].Store(clk.now())
+		if _, err := st.Append(ctx, fmt.Sprint("small-", k), batch, redisstore.AppendOptions{}); err != nil {
+			return Measurement{}, err
+		}
+	}
+	achieved := float64(n) / time.Since(start).Seconds()
+	// The workers stop once the small sessions' events all started.
+	all := make(chan error, 1)
+	go func() {
+		var first error
+		for range workers {
+			if err := <-done; err != nil && first == nil {
+				first = err
+			}
+		}
+		all <- first
+	}()
+	elapsed, cost, err := finishRated(ctx, ph, start, n, "the small sessions' events", func() bool { return rec.count() >= n }, stop, all, "worker")
+	if err != nil {
+		return Measurement{}, err
+	}
+	return Measurement{
+		Events: n, Seconds: elapsed.Seconds(), Throughput: achieved,
+		Latency: rec.latency("a small session's append start → its events' handler start"),
 		Cost:    cost,
 	}, nil
 }

@@ -60,6 +60,14 @@ type ClaimNextResult struct {
 	// ClaimResult is the claim in that session; its Outcome is Claimed, or
 	// Busy / Settled when no session gave work.
 	ClaimResult
+	// OthersDue, when the claim came from the index (not from Sessions),
+	// reports that the index listed other sessions as due too, in the
+	// shards this call read or, for the others, as far as the store knows
+	// (a shard it never read may list work):
+	// a caller that keeps a session's slots (claiming a lane's next head
+	// with its predecessor's completion, CompleteAndClaim) should hand them
+	// back while it is set, so that those sessions get their turn.
+	OthersDue bool
 	// NextAt, when nothing was claimed, is the earliest time the index
 	// lists work at as far as this store knows (a claim or retry hold that
 	// ends): when to look again if no work wake-up comes first. It is not
@@ -346,6 +354,16 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 			view.learn(shards[i], seen[i], at)
 		}
 	}
+	// othersDue reports whether the index lists a session other than
+	// claimed as due: among those read, or in a shard not read.
+	othersDue := func(claimed string) bool {
+		for _, c := range due {
+			if c.session != claimed {
+				return true
+			}
+		}
+		return view.dueElsewhere(shards, now)
+	}
 	sort.Slice(due, func(i, j int) bool { return due[i].at < due[j].at })
 	if len(due) > claimNextTries {
 		due = due[:claimNextTries]
@@ -367,7 +385,7 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 		if r.Outcome == Claimed {
 			fate[cand.session] = claimedIt
 			learn()
-			return ClaimNextResult{Session: cand.session, ClaimResult: r}, nil
+			return ClaimNextResult{Session: cand.session, ClaimResult: r, OthersDue: othersDue(cand.session)}, nil
 		}
 		fate[cand.session] = failedIt
 		if r.Outcome == Busy {

@@ -228,3 +228,38 @@ func TestClaimNextFindsUnannouncedWork(t *testing.T) {
 		assert.Equal(t, int64(2), r.Heads[0].Attempts, "taken over from the dead holder")
 	})
 }
+
+// OthersDue: a claim from the index says whether the index listed another
+// session as due — with one shard and with 64 (ClaimNext then reads 8 a
+// call, and knows the others from its view; a shard it never read may
+// have work, so the first claim reads them all) — and a claim from a named
+// session says nothing.
+func TestClaimNextReportsOthersDue(t *testing.T) {
+	for _, shards := range []int{1, 64} {
+		t.Run(fmt.Sprint("shards=", shards), func(t *testing.T) {
+			eachWith(t, func(c *redisstore.Config) { c.ReadyShards = shards }, func(t *testing.T, e *env) {
+				one := []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}
+				claim := func(all bool, sessions ...string) redisstore.ClaimNextResult {
+					t.Helper()
+					r, err := e.store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Hour, Sessions: sessions, AllShards: all})
+					require.NoError(t, err)
+					require.Equal(t, redisstore.Claimed, r.Outcome)
+					return r
+				}
+				_, err := e.store.Append(e.ctx, "a", one, redisstore.AppendOptions{})
+				require.NoError(t, err)
+				require.False(t, claim(true).OthersDue, "a alone")
+				for _, s := range []string{"b", "c", "d"} {
+					_, err := e.store.Append(e.ctx, s, one, redisstore.AppendOptions{})
+					require.NoError(t, err)
+					e.clock.Advance(time.Millisecond)
+				}
+				require.False(t, claim(false, "b").OthersDue, "named, not read from the index")
+				r := claim(false)
+				require.True(t, r.OthersDue, "%s claimed, one of c and d left", r.Session)
+				r = claim(false)
+				require.False(t, r.OthersDue, "%s claimed, the last", r.Session)
+			})
+		})
+	}
+}

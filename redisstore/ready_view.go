@@ -3,6 +3,7 @@ package redisstore
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -174,4 +175,21 @@ func (v *readyView) next() (int64, bool) {
 		}
 	}
 	return earliest, v.unread.Load() > 0
+}
+
+// dueElsewhere reports whether a shard not in read may list work now, as
+// far as the view knows (a shard never read may).
+func (v *readyView) dueElsewhere(read []int, now int64) bool {
+	if len(read) == len(v.want) {
+		return false
+	}
+	if v.unread.Load() > 0 {
+		return true
+	}
+	for i := range v.want {
+		if at := v.want[i].Load(); at != viewNone && at <= now && !slices.Contains(read, i) {
+			return true
+		}
+	}
+	return false
 }

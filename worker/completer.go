@@ -128,10 +128,15 @@ func (w *Worker) flushed(session string) {
 func (w *Worker) flush(session string, jobs []*job, stopping bool) {
 	attempts := make([]redisstore.Attempt, len(jobs))
 	slots := 0
+	var chains map[string]int
 	for i, j := range jobs {
 		attempts[i] = redisstore.AttemptOf(j.head)
 		if j.keepSlot {
 			slots++
+			if chains == nil {
+				chains = map[string]int{}
+			}
+			chains[laneKey(j.head.Consumer, j.head.Lane)] = j.chain
 		}
 	}
 	req := redisstore.CompleteAttemptsRequest{Session: session, Attempts: attempts, Consumers: w.served}
@@ -154,7 +159,7 @@ func (w *Worker) flush(session string, jobs []*job, stopping bool) {
 	if err == nil && next.Outcome == redisstore.Claimed {
 		heads = next.Heads
 	}
-	w.admitNextLocked(session, heads, slots, leaseFrom)
+	w.admitNextLocked(session, heads, slots, chains, leaseFrom)
 	w.flushed(session)
 	w.mu.Unlock()
 	for i, j := range jobs {

@@ -18,12 +18,32 @@ import (
 // then claims up to the free slots with ClaimNext (the sessions wake-ups
 // named first, else the ready index); what it claimed enters the ledger
 // (admitLocked), which starts the executor on it.
+//
+// Fairness is round robin across ready sessions: a claim takes heads of
+// one session, at most the free slots; a session that may have more after
+// its claim goes behind every session already waiting, and while the ready
+// index may list due work besides the woken sessions, claims alternate
+// between the two (the index rotates the sessions it lists by itself:
+// ClaimNext moves a session it claimed from behind the others). A lane
+// head's slot passes to the lane's next head (CompleteAndClaim), at most
+// chainQuantum heads in a row while another session waits (othersWaiting)
+// and no slot is free: then it goes back to the dispatcher. So no session
+// waits behind more than one turn of a busy one per round of the sessions
+// ahead of it — a claim, or a chain of at most chainQuantum heads per
+// slot (docs/design-notes.md, "Fair share").
 
 // wokenPerClaim is how many woken sessions one ClaimNext names, and
 // maxWoken how many wait (beyond, the index is read instead).
 const (
 	wokenPerClaim = 4
 	maxWoken      = 1024
+	// chainQuantum is how many heads of one lane a slot runs in a row,
+	// each claimed with its predecessor's completion, while another
+	// session waits and no slot is free: then the slot goes back to the
+	// dispatcher and the lane waits its turn (round robin with a quantum:
+	// a chain is cheap — one script call per head — and breaking it costs
+	// a claim).
+	chainQuantum = 16
 	// claimLinger is how long a busy worker whose slots free one by one
 	// waits for more to free before it claims (at most once per claim),
 	// so that claims stay large under load.
@@ -89,13 +109,13 @@ func (b *inbox) holdEnds(at time.Time) {
 }
 
 // collect hands the dispatcher the word to read the index (setting
-// *dirty) and the end of a hold (moving *nextAt earlier), and says how
-// many woken sessions wait.
-func (b *inbox) collect(dirty *bool, nextAt *time.Time) (woken int) {
+// *dirty, and reporting marked) and the end of a hold (moving *nextAt
+// earlier), and says how many woken sessions wait.
+func (b *inbox) collect(dirty *bool, nextAt *time.Time) (woken int, marked bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.dirty {
-		*dirty, b.dirty = true, false
+		*dirty, b.dirty, marked = true, false, true
 	}
 	if !b.holdAt.IsZero() {
 		if nextAt.IsZero() || b.holdAt.Before(*nextAt) {
@@ -103,7 +123,15 @@ func (b *inbox) collect(dirty *bool, nextAt *time.Time) (woken int) {
 		}
 		b.holdAt = time.Time{}
 	}
-	return len(b.woken)
+	return len(b.woken), marked
+}
+
+// hasOther reports whether a session other than session waits in the
+// queue.
+func (b *inbox) hasOther(session string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.woken) > 1 || (len(b.woken) == 1 && b.woken[0] != session)
 }
 
 // take takes up to n woken sessions, oldest first.
@@ -129,19 +157,33 @@ func (b *inbox) takeShards() []int {
 	return b.hints.take()
 }
 
-// putBack returns woken sessions a claim did not get to, ahead of the
-// others.
-func (b *inbox) putBack(sessions []string) {
+// putBack returns the woken sessions a claim did not get to ahead of the
+// others (they have not had their turn), and the session it claimed from
+// when it may have more (the claim took all it could) behind them all:
+// round robin across the sessions wake-ups named.
+func (b *inbox) putBack(notTried []string, again string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var back []string
-	for _, s := range sessions {
+	var front []string
+	for _, s := range notTried {
 		if !b.wokenSet[s] {
 			b.wokenSet[s] = true
-			back = append(back, s)
+			front = append(front, s)
 		}
 	}
-	b.woken = append(back, b.woken...)
+	b.woken = append(front, b.woken...)
+	if again != "" && !b.wokenSet[again] {
+		b.wokenSet[again] = true
+		b.woken = append(b.woken, again)
+	}
+}
+
+// queued returns the woken sessions waiting, in the order they will be
+// named (tests).
+func (b *inbox) queued() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.woken)
 }
 
 // watch follows the work channels until ctx ends.
@@ -154,6 +196,13 @@ func (w *Worker) watch(ctx context.Context, errc chan<- error) {
 	if err != nil && ctx.Err() == nil {
 		errc <- fmt.Errorf("worker: watching for work: %w", err)
 	}
+}
+
+// othersWaiting reports whether a session other than session may be
+// waiting for this worker's slots: woken and not claimed yet, or listed
+// due in the index (its last read saw one, or it has news not read yet).
+func (w *Worker) othersWaiting(session string) bool {
+	return w.othersDue.Load() || w.inbox.hasOther(session)
 }
 
 // poke makes the dispatcher read the index again.
@@ -227,8 +276,18 @@ func (w *Worker) dispatch(ctx context.Context) {
 	// every index shard (what nothing announces: another process's lapsed
 	// lease).
 	full := false
+	// indexTurn: the last claim took from a woken session while the index
+	// may list due work too; the next reads the index first, so that
+	// sessions the index alone knows of are not left waiting behind
+	// woken ones.
+	indexTurn := false
 	for ctx.Err() == nil {
-		woken := w.inbox.collect(&dirty, &nextAt)
+		woken, marked := w.inbox.collect(&dirty, &nextAt)
+		if marked {
+			// News of the index this worker has not read yet: other
+			// sessions may be due.
+			w.othersDue.Store(true)
+		}
 		w.mu.Lock()
 		served, limit, narrow := w.scopeLocked()
 		busy := w.free < w.cfg.Concurrency
@@ -246,9 +305,10 @@ func (w *Worker) dispatch(ctx context.Context) {
 			claimedRated, rateAt = w.claimRated(ctx, dirty || woken > 0)
 		}
 		var sessions []string
-		if limit > 0 {
+		if limit > 0 && !(dirty && indexTurn) {
 			sessions = w.inbox.take(wokenPerClaim)
 		}
+		indexTurn = false
 		if limit > 0 && (dirty || len(sessions) > 0) {
 			shards := w.inbox.takeShards()
 			leaseFrom := time.Now()
@@ -280,10 +340,16 @@ func (w *Worker) dispatch(ctx context.Context) {
 				if !w.admitClaim(ctx, res, leaseFrom, sessions, limit) {
 					// From the index: other sessions may be due too.
 					dirty, nextAt = true, time.Time{}
+					w.othersDue.Store(res.OthersDue)
+				} else {
+					// From a woken session: when the index may list
+					// due work too, the next claim reads it first.
+					indexTurn = dirty
 				}
 				continue
 			}
 			dirty, nextAt, narrowed = false, res.NextAt, narrow
+			w.othersDue.Store(false) // the index listed nothing claimable now
 		}
 		if claimedRated {
 			continue // a rate-limited consumer may have more: claim again
@@ -305,6 +371,7 @@ func (w *Worker) dispatch(ctx context.Context) {
 			}
 		case <-t.C:
 			dirty, nextAt, full = true, time.Time{}, wait >= w.cfg.MaxWait
+			w.othersDue.Store(true) // a hold ended, or MaxWait: not read yet
 		}
 		t.Stop()
 	}
@@ -366,12 +433,13 @@ func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult,
 	i := slices.Index(sessions, res.Session)
 	if i >= 0 {
 		// ClaimNext stopped at this one: the later named sessions were
-		// not tried, and this one may have more when the claim was full.
-		rest := sessions[i+1:]
+		// not tried and keep their turn; this one may have more when the
+		// claim was full, and waits behind every other.
+		again := ""
 		if len(res.Heads)+len(res.DeadLettered) >= limit {
-			rest = sessions[i:]
+			again = res.Session
 		}
-		w.inbox.putBack(rest)
+		w.inbox.putBack(sessions[i+1:], again)
 	}
 	w.mu.Lock()
 	if w.stopping {

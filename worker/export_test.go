@@ -12,3 +12,7 @@ func Poke(w *Worker) { w.poke() }
 // skips it (heartbeats that stop, as a killed process's do). Set it before
 // Run.
 func SetBeatGate(w *Worker, gate func() bool) { w.beatGate.Store(&gate) }
+
+// Woken returns the sessions wake-ups named that w has not claimed from
+// yet, in the order it will name them.
+func Woken(w *Worker) []string { return w.inbox.queued() }

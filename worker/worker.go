@@ -52,7 +52,10 @@ type Worker struct {
 
 	renewGate atomic.Pointer[func()]      // tests: called before each renewal round
 	beatGate  atomic.Pointer[func() bool] // tests: called before each heartbeat; false skips it
-	startedAt time.Time                   // when Run started
+	// othersDue: the index listed other sessions due at the dispatcher's
+	// last read, or has news it has not read (othersWaiting).
+	othersDue atomic.Bool
+	startedAt time.Time // when Run started
 
 	life    lifecycle // Run's and Shutdown's signals
 	inbox   inbox     // the dispatcher's wake-ups, behind their own lock
@@ -118,8 +121,12 @@ type job struct {
 	lost       bool // the claim was lost: record nothing
 	stopped    bool // cancelled by a stop: release unless it succeeded
 	keepSlot   bool // its slot passes to the lane's next head
-	prev       *job // an earlier attempt of the same head, still running here
-	done       chan struct{}
+	// chain is how many heads of its lane ran before it in its slot, one
+	// passing the slot to the next (at most chainQuantum while other
+	// sessions wait).
+	chain int
+	prev  *job // an earlier attempt of the same head, still running here
+	done  chan struct{}
 }
 
 // New returns a worker for store's consumers with the given handlers (at
@@ -241,6 +248,12 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // admitLocked starts (or queues) a claimed head; its slot is already
 // counted.
 func (w *Worker) admitLocked(session string, h a2redis.HeadEvent, leaseFrom time.Time) {
+	w.admitChainLocked(session, h, leaseFrom, 0)
+}
+
+// admitChainLocked is admitLocked for a head that takes the slot of the
+// chain-th head of its lane before it (0: a slot of its own).
+func (w *Worker) admitChainLocked(session string, h a2redis.HeadEvent, leaseFrom time.Time, chain int) {
 	c := w.consumers[h.Consumer]
 	if c == nil && w.cfg.AllConsumers {
 		c = &consumer{spec: a2redis.Consumer{Name: h.Consumer}, backoff: w.cfg.Backoff, handler: missing(h.Consumer)}
@@ -258,7 +271,7 @@ func (w *Worker) admitLocked(session string, h a2redis.HeadEvent, leaseFrom time
 	j := &job{
 		key:     headKey{session: session, consumer: h.Consumer, lane: h.Lane, index: h.Index},
 		session: session, head: h, c: c, ctx: ctx, cancel: cancel,
-		leaseUntil: leaseFrom.Add(w.cfg.TTL), done: make(chan struct{}),
+		leaseUntil: leaseFrom.Add(w.cfg.TTL), done: make(chan struct{}), chain: chain,
 	}
 	if old := w.held[j.key]; old != nil {
 		// A newer attempt of a head this process still runs: the old one
@@ -279,10 +292,11 @@ func (w *Worker) admitLocked(session string, h a2redis.HeadEvent, leaseFrom time
 }
 
 // admitNextLocked takes in the lane heads a batched completion claimed:
-// each runs in a slot its predecessor kept (slots of them), else in a free
-// slot; what finds none, or comes while the worker stops, is released.
-// Kept slots left over are freed.
-func (w *Worker) admitNextLocked(session string, heads []a2redis.HeadEvent, slots int, leaseFrom time.Time) {
+// each runs in a slot its predecessor kept (slots of them; chains says how
+// many heads of each lane ran in it, by laneKey), else in a free slot;
+// what finds none, or comes while the worker stops, is released. Kept
+// slots left over are freed.
+func (w *Worker) admitNextLocked(session string, heads []a2redis.HeadEvent, slots int, chains map[string]int, leaseFrom time.Time) {
 	var release []a2redis.HeadEvent
 	for _, h := range heads {
 		switch {
@@ -290,7 +304,7 @@ func (w *Worker) admitNextLocked(session string, heads []a2redis.HeadEvent, slot
 			release = append(release, h)
 		case slots > 0:
 			slots--
-			w.admitLocked(session, h, leaseFrom)
+			w.admitChainLocked(session, h, leaseFrom, chains[laneKey(h.Consumer, h.Lane)]+1)
 		case w.free > 0:
 			w.free--
 			w.admitLocked(session, h, leaseFrom)
@@ -306,6 +320,9 @@ func (w *Worker) admitNextLocked(session string, heads []a2redis.HeadEvent, slot
 		go w.releaseHeads(session, release)
 	}
 }
+
+// laneKey names a consumer's lane in a session's batch.
+func laneKey(consumer, lane string) string { return consumer + "\x00" + lane }
 
 // releaseHeads gives back heads this worker claimed but will not run.
 func (w *Worker) releaseHeads(session string, heads []a2redis.HeadEvent) {

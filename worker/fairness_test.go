@@ -1,0 +1,165 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/redisstore"
+	"github.com/a2redis/a2redis/worker"
+)
+
+// TestHotSessionDoesNotStarveOthers: a backlog of 200 heads arrives in one
+// session while the worker runs (its handlers all busy with it), then one
+// event for each of 20 other sessions. Their wake-ups queue behind the hot
+// session's; the test frees one slot at a time (a handler returns only when
+// the test says) and records which session each started head belongs to.
+// Round robin: every small session starts before the hot session has
+// started more than 2 further event heads, or more than 16 lane or log
+// heads per slot it holds (a lane's chain of heads, each claimed with its
+// predecessor's completion, yields its slot after 16 while others wait) —
+// counted, not timed. (Before, a claim that filled the worker's slots from
+// a woken session put it back first in line, so the hot session took every
+// freed slot until it drained; and a lane's chain never yielded.) For an
+// event consumer, a lane consumer (the hot session's events over 50 lanes,
+// so that it has as many heads runnable at once) and a typed log consumer.
+func TestHotSessionDoesNotStarveOthers(t *testing.T) {
+	for _, kind := range []string{"event", "lane", "log"} {
+		t.Run(kind, func(t *testing.T) {
+			each(t, everyone, func(t *testing.T, e *env) {
+				hotSessionRounds(t, e, kind)
+			})
+		})
+	}
+}
+
+func hotSessionRounds(t *testing.T, e *env, kind string) {
+	const concurrency, hot, smalls = 4, 200, 20
+	var (
+		mu      sync.Mutex
+		started []string // the session of each head a handler started, in order
+	)
+	gate := make(chan struct{})
+	run := func(ctx context.Context, session string) error {
+		mu.Lock()
+		started = append(started, session)
+		mu.Unlock()
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var consumer string
+	var handler worker.HandlerSpec
+	event := func(i int) a2redis.Event {
+		switch kind {
+		case "event":
+			return a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: mailer.Name}}}
+		case "lane":
+			return a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: billing.Name, Lane: fmt.Sprint("l", i%50)}}}
+		}
+		return a2redis.Event{Type: "order.paid"} // the auditor's typed log
+	}
+	switch kind {
+	case "event":
+		consumer = mailer.Name
+		handler = worker.Handle(consumer, func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
+			return nil, run(ctx, h.Session)
+		})
+	case "lane":
+		consumer = billing.Name
+		handler = worker.Handle(consumer, func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
+			return nil, run(ctx, h.Session)
+		})
+	default:
+		consumer = auditor.Name
+		handler = worker.Handle(consumer, func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
+			return nil, run(ctx, h.Session)
+		})
+	}
+	r := e.start(worker.Config{Concurrency: concurrency}, handler)
+	t.Cleanup(func() { close(gate) })
+	count := func(session string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, s := range started {
+			if s == session {
+				n++
+			}
+		}
+		return n
+	}
+	for i := 0; i < hot; i += 50 {
+		batch := make([]a2redis.Event, 50)
+		for j := range batch {
+			batch[j] = event(i + j)
+		}
+		_, err := e.store.Append(e.ctx, "hot", batch, redisstore.AppendOptions{})
+		require.NoError(t, err)
+	}
+	// A typed log runs one head at a time per session: the hot session
+	// holds one slot, and the others stay free for the small ones.
+	busy := concurrency
+	if kind == "log" {
+		busy = 1
+	}
+	e.eventually("the hot session's heads running", func() bool { return count("hot") == busy })
+	var names []string
+	for i := range smalls {
+		names = append(names, fmt.Sprint("small-", i))
+		_, err := e.store.Append(e.ctx, names[i], []a2redis.Event{event(i)}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+	}
+	if kind != "log" {
+		// Every small session's wake-up has reached the worker.
+		e.eventually("the small sessions' wake-ups", func() bool {
+			q := worker.Woken(r.w)
+			for _, n := range names {
+				if !slices.Contains(q, n) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	hotBefore := count("hot")
+	startedSmall := func() int {
+		n := 0
+		for _, s := range names {
+			n += min(count(s), 1)
+		}
+		return n
+	}
+	// One slot at a time: a handler returns, the worker claims again.
+	for startedSmall() < smalls {
+		mu.Lock()
+		n := len(started)
+		mu.Unlock()
+		require.Less(t, n, hot+smalls, "every head started, not every small session")
+		gate <- struct{}{}
+		e.eventually("a head started in the freed slot", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(started) > n
+		})
+	}
+	extra := count("hot") - hotBefore
+	t.Logf("%s: the hot session started %d heads while 20 small sessions waited for their first", kind, extra)
+	// An event consumer's turn is one claim: with one slot free at a time,
+	// one head, and the hot session's turn may come round once more. A
+	// lane or log head passes its slot to its lane's next head at most
+	// chainQuantum (16) heads in a row while others wait, per slot.
+	bound := 2
+	if kind != "event" {
+		bound = busy * 16
+	}
+	require.LessOrEqual(t, extra, bound, "the hot session took the freed slots: %v", started)
+}
