@@ -1,6 +1,6 @@
 # Targets match what CI runs: .ci/run runs `make lint`, `make test`, `make
 # test-valkey`, then `make test-race`; `make chaos` and `make scale` are gated.
-.PHONY: test test-race test-short test-valkey chaos scale bench bench-quick bench-micro lint quickstart soak screenshots
+.PHONY: test test-race test-short test-valkey chaos chaos-valkey scale bench bench-quick bench-micro lint quickstart soak screenshots
 
 # The Docker targets (internal/redistest/dockertarget) are a module of their
 # own, so that testcontainers-go stays out of what importers download; they
@@ -43,30 +43,19 @@ test: $(GOTESTSUM_BIN)
 
 # The server-sensitive packages again with Valkey as every spawned server:
 # the contract on every target, the scripts and the differential test, the
-# store, pub/sub, presence and the cluster harness (the worker, the CLI and
-# the examples reach the server only through the store). VALKEY_BIN is the
-# directory of a Valkey build (valkey-server, valkey-cli); CI has it beside
-# the clone. A temporary directory first on PATH names them redis-server and
-# redis-cli, so every test that spawns a server or a cluster spawns Valkey;
-# the target fails unless redis-server --version then says Valkey. Without
-# the build it is skipped — with CI=true, a failure.
+# store, the worker runtime, pub/sub, presence and the cluster harness (the
+# CLI and the examples reach the server only through the store).
+# VALKEY_BIN is the directory of a Valkey build (valkey-server,
+# valkey-cli); CI has it beside the clone. .ci/with-valkey names them
+# redis-server and redis-cli first on PATH, so every test that spawns a
+# server or a cluster spawns Valkey, and fails unless redis-server
+# --version then says Valkey. Without the build it is skipped — with
+# CI=true, a failure.
 VALKEY_BIN ?= ../shared/servers/valkey-8.0.1/bin
-VALKEY_PACKAGES = . ./conformance ./redisstore ./notify ./presence ./internal/redistest ./internal/keylockproxy ./internal/faultproxy
+VALKEY_PACKAGES = . ./conformance ./redisstore ./worker ./notify ./presence ./internal/redistest ./internal/keylockproxy ./internal/faultproxy
 
 test-valkey: $(GOTESTSUM_BIN)
-	@if [ ! -x "$(VALKEY_BIN)/valkey-server" ] || [ ! -x "$(VALKEY_BIN)/valkey-cli" ]; then \
-	  if [ "$$CI" = true ]; then echo "test-valkey: no Valkey build in $(VALKEY_BIN) (CI=true: a failure)"; exit 1; fi; \
-	  echo "test-valkey: no Valkey build in $(VALKEY_BIN): skipped"; exit 0; \
-	fi; \
-	bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
-	ln -s "$$(cd "$(VALKEY_BIN)" && pwd)/valkey-server" "$$bin/redis-server" && \
-	ln -s "$$(cd "$(VALKEY_BIN)" && pwd)/valkey-cli" "$$bin/redis-cli" && \
-	PATH="$$bin:$$PATH" && export PATH && \
-	if ! redis-server --version | grep -q '^Valkey server'; then \
-	  echo "test-valkey: redis-server on PATH is not Valkey: $$(redis-server --version)"; exit 1; \
-	fi; \
-	redis-server --version && \
-	$(GOTEST) $(VALKEY_PACKAGES) -count=1 -timeout 20m
+	.ci/with-valkey $(VALKEY_BIN) $(GOTEST) $(VALKEY_PACKAGES) -count=1 -timeout 20m
 
 test-short:
 	go test ./... -short -count=1
@@ -85,6 +74,10 @@ CHAOS_PACKAGES = ./redisstore ./worker ./internal/redistest
 GOTEST_VERBOSE = $(GOTESTSUM_BIN) --format standard-verbose --hide-summary=skipped --
 chaos: $(GOTESTSUM_BIN)
 	A2REDIS_CHAOS=1 $(GOTEST_VERBOSE) $(CHAOS_PACKAGES) -count=1 -timeout 60m
+
+# The same on Valkey (the migrations, reshards and failovers included).
+chaos-valkey: $(GOTESTSUM_BIN)
+	A2REDIS_CHAOS=1 .ci/with-valkey $(VALKEY_BIN) $(GOTEST_VERBOSE) $(CHAOS_PACKAGES) -count=1 -timeout 60m
 
 # Scripts and the ready index at scale (1M heads, 100,000 sessions):
 # SLOWLOG bounds per call, memory per session (minutes; A2REDIS_SCALE=1).
