@@ -462,8 +462,9 @@ func TestFaultsServerRestart(t *testing.T) {
 
 // TestFaultsDeadline: a context deadline shorter than the call returns
 // context.DeadlineExceeded promptly, for writes and reads alike, while the
-// server holds the command (CLIENT PAUSE); the write held then either
-// commits or not, never half.
+// server holds the command (stopped by SIGSTOP until the three calls
+// returned, so none can meet a server that answers); the write held then
+// either commits or not, never half.
 func TestFaultsDeadline(t *testing.T) {
 	t.Parallel()
 	srv := redistest.SpawnServer(t)
@@ -475,11 +476,11 @@ func TestFaultsDeadline(t *testing.T) {
 			return
 		}
 	}
-	// The pause ends by itself (CLIENT UNPAUSE from a fresh connection is
-	// paused too).
-	if _, err := rawDo(srv.Addr(), "CLIENT", "PAUSE", "1500", "ALL"); err != nil {
-		t.Fatalf("CLIENT PAUSE: %v", err)
-	}
+	// Held until the calls returned: not CLIENT PAUSE ALL, which ends only
+	// by its own timeout (CLIENT UNPAUSE from a fresh connection is paused
+	// too), so a call that starts late on a loaded machine could find the
+	// server answering.
+	srv.Freeze()
 	w.clock.Advance(time.Second)
 	held := op{Kind: opAppend, Session: "s", Events: []a2redis.Event{evID("held", "a", to("c1"))}}
 	s := faultStep{o: held, at: w.clock.Now()}
@@ -502,6 +503,7 @@ func TestFaultsDeadline(t *testing.T) {
 			t.Errorf("%s returned after %v, not promptly", name, took)
 		}
 	}
+	srv.Thaw()
 	// The held append reached the server: whether it ran is open, but
 	// nothing is half-written.
 	after := w.replay(w.worlds[0].log, &s)

@@ -1,11 +1,9 @@
 package conformance
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,43 +53,6 @@ func auditLog(ctx context.Context, t *testing.T, client rueidis.Client, prefix, 
 		}
 	}
 	return duplicates, lost, foreign
-}
-
-// debugSleep holds the server for d (DEBUG SLEEP) from a connection of its
-// own; the returned channel closes when the server answered.
-func debugSleep(t *testing.T, addr string, d time.Duration) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if reply, err := rawDo(addr, "DEBUG", "SLEEP", fmt.Sprintf("%.3f", d.Seconds())); err != nil || !strings.HasPrefix(reply, "+OK") {
-			t.Errorf("DEBUG SLEEP: %q %v", reply, err)
-		}
-	}()
-	// The sleep has begun once a PING goes unanswered for 50ms.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if asleep(addr) {
-			return done
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("DEBUG SLEEP never held the server")
-	return done
-}
-
-// asleep reports whether a PING to addr goes unanswered for 50ms.
-func asleep(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return false
-	}
-	_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-	_, err = bufio.NewReader(c).ReadString('\n')
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // tryCounter wraps a client and counts the script calls sent through it.
@@ -183,12 +144,13 @@ func TestRetriesHeldServer(t *testing.T) {
 	assert.Zero(t, foreign)
 }
 
-// TestRetriesGiveUpCarriesIDs: when every try times out, the error carries
-// the batch's generated ids; once the server is back, the caller's retry
-// with them replays the batch the first try committed.
+// TestRetriesGiveUpCarriesIDs: when every try times out (the server is
+// stopped by SIGSTOP until the append gave up, so no try can meet it
+// answering), the error carries the batch's generated ids; once the server
+// is back, the caller's retry with them replays the batch a try committed.
 func TestRetriesGiveUpCarriesIDs(t *testing.T) {
 	t.Parallel()
-	srv := redistest.SpawnServer(t, "--enable-debug-command", "yes")
+	srv := redistest.SpawnServer(t)
 	client := faultClient(t, srv.Addr())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -201,8 +163,9 @@ func TestRetriesGiveUpCarriesIDs(t *testing.T) {
 	require.NoError(t, err)
 
 	events := []a2redis.Event{{Type: "a"}, {Type: "b"}, {Type: "c"}}
-	slept := debugSleep(t, srv.Addr(), time.Second)
+	srv.Freeze()
 	_, err = store.Append(ctx, "s", events, redisstore.AppendOptions{})
+	srv.Thaw()
 	var batch *a2redis.BatchError
 	require.ErrorAs(t, err, &batch, "every try timed out")
 	t.Logf("gave up: %v", err)
@@ -212,20 +175,20 @@ func TestRetriesGiveUpCarriesIDs(t *testing.T) {
 		assert.Len(t, id, 32)
 		assert.Equal(t, batch.IDs[0][:24], id[:24], "one nonce for the batch")
 	}
-	<-slept
 	// Whether a try reached the server before its deadline depends on the
 	// machine's load (a try the client had not written when its deadline
-	// passed never runs); the log says which, read on the tries' own
-	// connection, after them. The caller's retry must agree with it.
+	// passed never runs); the log says which, read after them (the woken
+	// server reads what the tries left in their connections before it
+	// accepts and reads a new one). The caller's retry must agree with it.
 	committed, err := client.Do(ctx, client.B().Xlen().Key(keys.For(prefix, "s").Log()).Build()).AsInt64()
 	require.NoError(t, err)
-	t.Logf("the log holds %d entries after the sleep", committed)
+	t.Logf("the log holds %d entries once the server was let go", committed)
 
 	again := batch.WithIDs(events)
 	res, err := store.Append(ctx, "s", again, redisstore.AppendOptions{})
 	require.NoError(t, err)
 	if committed > 0 {
-		assert.True(t, res.Replayed, "a try committed after the sleep: the retry replays it")
+		assert.True(t, res.Replayed, "a try committed once the server was let go: the retry replays it")
 	} else {
 		assert.False(t, res.Replayed, "no try reached the server: the retry stores the batch afresh")
 	}
