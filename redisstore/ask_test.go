@@ -125,7 +125,10 @@ func TestDurableWriteToAMigratingSlot(t *testing.T) {
 	client := cl.Client(t)
 	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: prefix, PublishWait: -1,
 		Consumers:  []a2redis.Consumer{{Name: "c"}},
-		Durability: redisstore.Durability{Replicas: 1, Timeout: 2 * time.Second}})
+		Durability: redisstore.Durability{Replicas: 1, Timeout: 2 * time.Second},
+		// The writes are refused until the migration ends: they retry
+		// for as long as the test takes to end it (not the default 10s).
+		Retries: redisstore.RetryPolicy{Unavailable: time.Minute}})
 	require.NoError(t, err)
 
 	// Two sessions of one slot: "old" has keys (written before the
@@ -142,6 +145,12 @@ func TestDurableWriteToAMigratingSlot(t *testing.T) {
 	_, err = store.Append(ctx, old, []a2redis.Event{{ID: "o-0", Type: "x"}}, redisstore.AppendOptions{})
 	require.NoError(t, err)
 
+	refusals := func() int64 {
+		stats, err := cl.ErrorStats(ctx)
+		require.NoError(t, err)
+		return stats["ASK"] + stats["TRYAGAIN"]
+	}
+	before := refusals()
 	finish := openMigration(t, ctx, cl, slot)
 	type outcome struct {
 		what string
@@ -165,10 +174,14 @@ func TestDurableWriteToAMigratingSlot(t *testing.T) {
 		_, err := store.Append(ctx, fresh, []a2redis.Event{{ID: "batch-1", Type: "x"}, {ID: "batch-2", Type: "x"}}, redisstore.AppendOptions{})
 		done <- outcome{"batch " + fresh, err}
 	}()
-	// Let the writes meet the open migration (refusals and redirects),
-	// then move the keys and hand the slot over; the store's refusal
-	// retries (10s) outlast it.
-	time.Sleep(500 * time.Millisecond)
+	// Let the writes meet the open migration: the nodes refused or
+	// redirected (ASK, TRYAGAIN) twice as many tries as there are calls
+	// (or every call ended). Then move the keys and hand the slot over;
+	// the store's refusal retries outlast it.
+	for n := int64(0); n < 2*(2*concurrent+2) && len(done) < cap(done); n = refusals() - before {
+		require.NoError(t, ctx.Err(), "the writes met the open migration %d times", n)
+		time.Sleep(10 * time.Millisecond)
+	}
 	finish()
 	for range 2*concurrent + 2 {
 		if o := <-done; o.err != nil {

@@ -46,17 +46,18 @@ func TestReadsWhileConnectionsDie(t *testing.T) {
 	killer, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, ForceSingleClient: true, DisableCache: true})
 	require.NoError(t, err)
 	t.Cleanup(killer.Close)
-	stop := make(chan struct{})
+	// A kill after every 25th successful read, not on a timer: the kills
+	// land while other reads are in flight and the reads go on between
+	// them, however the machine schedules the goroutines. The readers go on
+	// past their 400 reads until a kill found a connection.
+	kill := make(chan struct{}, 16*400)
+	killed := make(chan struct{})
 	var kills atomic.Int64
 	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-				n, _ := killer.Do(ctx, killer.B().ClientKill().TypeNormal().SkipmeYes().Build()).AsInt64()
-				kills.Add(n)
-			}
+		defer close(killed)
+		for range kill {
+			n, _ := killer.Do(ctx, killer.B().ClientKill().TypeNormal().SkipmeYes().Build()).AsInt64()
+			kills.Add(n)
 		}
 	}()
 	var ok, failed atomic.Int64
@@ -66,7 +67,7 @@ func TestReadsWhileConnectionsDie(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			session := fmt.Sprint("s", g%4)
-			for range 400 {
+			for i := 0; (i < 400 || kills.Load() == 0) && ctx.Err() == nil; i++ {
 				rctx, cancel := context.WithTimeout(ctx, time.Second)
 				events, err := store.Read(rctx, session, 0, 0)
 				cancel()
@@ -75,14 +76,18 @@ func TestReadsWhileConnectionsDie(t *testing.T) {
 				}
 				if err != nil {
 					failed.Add(1)
-				} else {
-					ok.Add(1)
+				} else if ok.Add(1)%25 == 0 {
+					select {
+					case kill <- struct{}{}:
+					default: // the killer is that far behind: one kill fewer
+					}
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	close(stop)
+	close(kill)
+	<-killed
 	t.Logf("%d reads succeeded, %d failed, %d connections killed", ok.Load(), failed.Load(), kills.Load())
 	require.Positive(t, kills.Load(), "no connection was killed: the test proved nothing")
 	require.Positive(t, ok.Load())
