@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // A feed receives 10,000 events appended by 8 concurrent writers in batches
 // of mixed sizes (some over 32 KiB, announced bare) and delivers each exactly
-// once, in order — also while its connection is killed several times.
+// once, in order — also while its connection is killed several times: at
+// chosen points of the stream (each 2,000th event taken), not on a timer.
 func TestFeedTenThousandEvents(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -27,12 +29,17 @@ func TestFeedTenThousandEvents(t *testing.T) {
 		big := json.RawMessage(`"` + strings.Repeat("x", 3000) + `"`)
 		var mu sync.Mutex
 		remaining := total
-		take := func(size int) int {
+		// take reserves up to size events; the writer whose reservation
+		// crosses a multiple of 2,000 (short of the total) kills first. At
+		// most one batch (40 events) per writer is in flight, so each of the
+		// 4 kills has 1,600 events appended before it and 1,900 after it.
+		take := func(size int) (n int, killFirst bool) {
 			mu.Lock()
 			defer mu.Unlock()
-			n := min(size, remaining)
+			taken := total - remaining
+			n = min(size, remaining)
 			remaining -= n
-			return n
+			return n, (taken+n)/2000 > taken/2000 && taken+n < total
 		}
 		var wg sync.WaitGroup
 		for w := range writers {
@@ -40,9 +47,12 @@ func TestFeedTenThousandEvents(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for b := 0; ; b++ {
-					size := take([]int{1, 7, 40, 3, 15}[(b+w)%5])
+					size, killFirst := take([]int{1, 7, 40, 3, 15}[(b+w)%5])
 					if size == 0 {
 						return
+					}
+					if killFirst && kill != nil {
+						kill()
 					}
 					batch := make([]a2redis.Event, size)
 					for i := range batch {
@@ -54,12 +64,6 @@ func TestFeedTenThousandEvents(t *testing.T) {
 					appendRetrying(t, e, batch)
 				}
 			}()
-		}
-		if kill != nil {
-			for range 4 {
-				time.Sleep(40 * time.Millisecond)
-				kill()
-			}
 		}
 		wg.Wait()
 		requireRun(t, c.waitFor(t, total), 1, total)
@@ -82,17 +86,20 @@ func TestFeedTenThousandEvents(t *testing.T) {
 		srv := redistest.SpawnServer(t)
 		client := privateClient(t, srv.Addr())
 		e := newEnv(t, client, false)
-		var killed int64
+		var kills, killed atomic.Int64
 		run(t, e, func() {
+			kills.Add(1)
 			n, err := client.Do(e.ctx, client.B().ClientKill().TypePubsub().Build()).AsInt64()
 			if err == nil {
-				killed += n
+				killed.Add(n)
 			}
 		})
-		if killed == 0 {
-			t.Error("no subscriber connection was killed")
+		// The feed subscribed before its first read (waitReads), so the
+		// first kill finds its connection.
+		if kills.Load() != 4 || killed.Load() == 0 {
+			t.Errorf("%d kills, %d subscriber connections killed: want 4 kills, one connection at least", kills.Load(), killed.Load())
 		}
-		t.Logf("killed %d subscriber connections mid-stream", killed)
+		t.Logf("killed %d subscriber connections mid-stream", killed.Load())
 	})
 }
 

@@ -113,6 +113,8 @@ type mark struct {
 	// sent is when the last successful refresh was sent: the mark lasts
 	// at least until sent + ttl.
 	sent time.Time
+	// now is the refreshes' clock: time.Now when nil (a test sets its own).
+	now func() time.Time
 }
 
 // refresh sets the mark and reports whether it may have lapsed since the
@@ -122,13 +124,16 @@ type mark struct {
 func (m *mark) refresh(ctx context.Context) (lapsed bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := m.client
-	sent := time.Now()
+	c, now := m.client, m.now
+	if now == nil {
+		now = time.Now
+	}
+	sent := now()
 	err = c.Do(ctx, c.B().Set().Key(m.key).Value("1").Get().Px(m.ttl).Build()).Error()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return false, err
 	}
-	lapsed = err != nil || time.Since(m.sent) >= m.ttl
+	lapsed = err != nil || now().Sub(m.sent) >= m.ttl
 	m.sent = sent
 	return lapsed, nil
 }
