@@ -18,13 +18,16 @@ import (
 // one head of a session at a time across three workers (each with its own
 // store), while the sessions run side by side; every head runs once, no
 // failure is counted, and nothing is left in flight. The handler counts
-// the runs of each session that overlap.
+// the runs of each session that overlap. The first handlers hold until two
+// run at once (of two sessions: the limit lets no other through), so the
+// sessions are shown side by side however fast the machine runs them.
 func TestPerSessionConcurrency(t *testing.T) {
 	each(t, []a2redis.Consumer{{Name: "c", PerSession: 1}}, func(t *testing.T, e *env) {
 		const sessions, perSession = 12, 8
 		var mu sync.Mutex
 		active, peak, runs := map[string]int{}, map[string]int{}, map[string]int{}
 		overlapping, maxActive, total := 0, 0, 0
+		sideBySide := make(chan struct{})
 		handler := func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
 			mu.Lock()
 			active[h.Session]++
@@ -38,8 +41,19 @@ func TestPerSessionConcurrency(t *testing.T) {
 			for _, a := range active {
 				n += a
 			}
+			if n == 2 && maxActive < 2 {
+				close(sideBySide)
+			}
 			maxActive = max(maxActive, n)
 			mu.Unlock()
+			select {
+			case <-sideBySide:
+			case <-ctx.Done():
+				mu.Lock()
+				active[h.Session]--
+				mu.Unlock()
+				return nil, ctx.Err()
+			}
 			time.Sleep(3 * time.Millisecond)
 			mu.Lock()
 			active[h.Session]--

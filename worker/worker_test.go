@@ -112,7 +112,12 @@ func TestRunsEveryKindOfConsumer(t *testing.T) {
 }
 
 // Concurrency bounds the handlers in flight in the worker, MaxInFlight one
-// consumer's; both are reached when there is enough work.
+// consumer's; both are reached when there is enough work. The fast
+// consumer's handlers hold until Concurrency handlers run at once, so the
+// peak does not depend on how fast the machine runs them; the slow ones do
+// not hold (a head beyond MaxInFlight waits in the worker holding its slot,
+// so held slow handlers could keep the worker below Concurrency), and once
+// they are all done the fast heads of ten sessions fill every slot.
 func TestConcurrencyBounds(t *testing.T) {
 	each(t, []a2redis.Consumer{{Name: "fast"}, {Name: "slow"}}, func(t *testing.T, e *env) {
 		var inFlight, peak, slowIn, slowPeak atomic.Int64
@@ -126,19 +131,30 @@ func TestConcurrencyBounds(t *testing.T) {
 			}
 			return func() { cur.Add(-1) }
 		}
+		const concurrency, slowLimit = 6, 2
 		var done atomic.Int64
+		full, fill := make(chan struct{}), sync.Once{}
 		handler := func(slow bool) worker.Handler {
 			return func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
 				defer bump(&inFlight, &peak)()
 				if slow {
 					defer bump(&slowIn, &slowPeak)()
 				}
+				if peak.Load() >= concurrency {
+					fill.Do(func() { close(full) })
+				}
+				if !slow {
+					select {
+					case <-full:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
 				time.Sleep(3 * time.Millisecond)
 				done.Add(1)
 				return nil, nil
 			}
 		}
-		const concurrency, slowLimit = 6, 2
 		e.start(worker.Config{Concurrency: concurrency},
 			worker.Handle("fast", handler(false)),
 			worker.Handle("slow", handler(true), worker.MaxInFlight(slowLimit)))
@@ -151,12 +167,10 @@ func TestConcurrencyBounds(t *testing.T) {
 			e.append(fmt.Sprintf("s%d", i), batch...)
 		}
 		e.eventually("all handled", func() bool { return done.Load() == 2*sessions*perSession && e.idle() })
-		// Never more than the bounds; more at once than one consumer's
-		// bound allows (how close the peak comes to Concurrency depends on
-		// the machine's speed: a loaded one reached 5 of 6).
+		// Never more than the bounds; Concurrency reached (more at once
+		// than one consumer's bound allows).
 		t.Logf("peak %d of %d, slow peak %d of %d", peak.Load(), concurrency, slowPeak.Load(), slowLimit)
-		assert.LessOrEqual(t, peak.Load(), int64(concurrency), "the worker never ran more than Concurrency handlers at once")
-		assert.Greater(t, peak.Load(), int64(slowLimit), "handlers of both consumers ran at once")
+		assert.Equal(t, int64(concurrency), peak.Load(), "the worker filled Concurrency slots and never ran more handlers at once")
 		assert.LessOrEqual(t, slowPeak.Load(), int64(slowLimit), "the slow consumer never ran more than MaxInFlight handlers at once")
 		assert.Positive(t, slowPeak.Load())
 	})
