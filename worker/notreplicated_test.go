@@ -23,10 +23,10 @@ import (
 // acknowledges nothing), every claim and completion the worker makes is
 // applied by the master and reported ErrNotReplicated. The worker runs the
 // heads those calls claimed (ClaimNext, CompleteAndClaim) instead of
-// dropping them: no head waits for its lease to lapse (that would show as
-// a second attempt, and a failure counted), every head is handled once at
-// attempt 1, lanes in order, every outcome OutcomeCompleted, and the shortfalls
-// reach the ErrorHandler.
+// dropping them: a dropped head would wait for its lease (two minutes: the
+// test fails first), so every head is handled once at attempt 1, lanes in
+// order, every outcome OutcomeCompleted, and the shortfalls reach the
+// ErrorHandler.
 func TestWorkerRunsHeadsWhoseClaimIsNotReplicated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a master and a replica")
@@ -67,7 +67,12 @@ func TestWorkerRunsHeadsWhoseClaimIsNotReplicated(t *testing.T) {
 		return nil, nil
 	}
 	replica.Freeze()
-	e.start(worker.Config{Concurrency: 4, TTL: 3 * time.Second, Hooks: worker.Hooks{OnOutcome: out.hook},
+	// A lease far longer than the test: a claim the worker dropped would
+	// never be run again within it (the wait below fails), and no head
+	// runs twice for a lease that lapsed while a loaded machine was slow
+	// (a 3 s lease did once under -race with a core kept busy: a
+	// completion arrived after the takeover).
+	e.start(worker.Config{Concurrency: 4, TTL: 2 * time.Minute, Hooks: worker.Hooks{OnOutcome: out.hook},
 		ErrorHandler: func(_ context.Context, head *a2redis.HeadEvent, err error) {
 			if head == nil && errors.Is(err, a2redis.ErrNotReplicated) {
 				shortfalls.Add(1)
