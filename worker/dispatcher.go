@@ -63,10 +63,13 @@ type inbox struct {
 	wake     chan struct{}
 
 	hints shardHints // shards wake-ups named, for the next claim to read first
+	// gapShards are the shards that reported a Gap (each does once
+	// subscribed): tests wait for every shard before counting wake-ups.
+	gapShards map[int]bool
 }
 
 func newInbox() inbox {
-	return inbox{wokenSet: map[string]bool{}, wake: make(chan struct{}, 1)}
+	return inbox{wokenSet: map[string]bool{}, gapShards: map[int]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // add takes in a wake-up: its session, or (a gap, or too many waiting)
@@ -77,6 +80,9 @@ func (b *inbox) add(n notify.WorkNotice) {
 	case n.Gap || n.Session == "":
 		b.dirty = true
 		b.hints.add(n.Shard)
+		if n.Gap {
+			b.gapShards[n.Shard] = true
+		}
 	case b.wokenSet[n.Session]:
 	case len(b.woken) < maxWoken:
 		b.woken = append(b.woken, n.Session)
@@ -176,6 +182,13 @@ func (b *inbox) putBack(notTried []string, again string) {
 		b.wokenSet[again] = true
 		b.woken = append(b.woken, again)
 	}
+}
+
+// gaps returns how many shards reported a Gap so far (tests).
+func (b *inbox) gaps() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.gapShards)
 }
 
 // queued returns the woken sessions waiting, in the order they will be

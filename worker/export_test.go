@@ -1,5 +1,7 @@
 package worker
 
+import "github.com/a2redis/a2redis/notify"
+
 // SetRenewGate makes w call gate before each renewal round (a gate that
 // blocks stalls renewal). Set it before Run.
 func SetRenewGate(w *Worker, gate func()) { w.renewGate.Store(&gate) }
@@ -16,3 +18,13 @@ func SetBeatGate(w *Worker, gate func() bool) { w.beatGate.Store(&gate) }
 // Woken returns the sessions wake-ups named that w has not claimed from
 // yet, in the order it will name them.
 func Woken(w *Worker) []string { return w.inbox.queued() }
+
+// SubscribedShards returns how many index shards' work channels w has
+// subscribed to so far (each reports a gap once subscribed): once it
+// equals the store's ReadyShards, no wake-up is missed for want of a
+// subscription.
+func SubscribedShards(w *Worker) int { return w.inbox.gaps() }
+
+// Wake hands w a wake-up naming session, as its watch does for a work
+// announcement.
+func Wake(w *Worker, session string) { w.inbox.add(notify.WorkNotice{Session: session}) }

@@ -3,9 +3,9 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -20,7 +20,7 @@ import (
 // session's; the test frees one slot at a time (a handler returns only when
 // the test says) and records which session each started head belongs to.
 // Round robin: every small session starts before the hot session has
-// started more than 2 further event heads, or more than 16 lane or log
+// started more than 3 further event heads, or more than 16 lane or log
 // heads per slot it holds (a lane's chain of heads, each claimed with its
 // predecessor's completion, yields its slot after 16 while others wait) —
 // counted, not timed. (Before, a claim that filled the worker's slots from
@@ -86,6 +86,14 @@ func hotSessionRounds(t *testing.T, e *env, kind string) {
 	}
 	r := e.start(worker.Config{Concurrency: concurrency}, handler)
 	t.Cleanup(func() { close(gate) })
+	// The test hands the worker each session's wake-up itself, as its watch
+	// would: pub/sub may drop one (Valkey 8.0.1's cluster bus drops a
+	// PUBLISH to a node whose link is not yet two-way, valkey-io/valkey
+	// #2817), which the worker covers with its index passes, but this test
+	// counts the rotation of its queue. Every shard's work channel is
+	// subscribed first, so that no subscription's gap sends the worker to
+	// the index in the middle of the count.
+	e.eventually("the worker's subscriptions", func() bool { return worker.SubscribedShards(r.w) == e.store.ReadyShards() })
 	count := func(session string) int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -105,6 +113,7 @@ func hotSessionRounds(t *testing.T, e *env, kind string) {
 		_, err := e.store.Append(e.ctx, "hot", batch, redisstore.AppendOptions{})
 		require.NoError(t, err)
 	}
+	worker.Wake(r.w, "hot")
 	// A typed log runs one head at a time per session: the hot session
 	// holds one slot, and the others stay free for the small ones.
 	busy := concurrency
@@ -115,20 +124,13 @@ func hotSessionRounds(t *testing.T, e *env, kind string) {
 	var names []string
 	for i := range smalls {
 		names = append(names, fmt.Sprint("small-", i))
+		e.clock.Advance(time.Millisecond)
 		_, err := e.store.Append(e.ctx, names[i], []a2redis.Event{event(i)}, redisstore.AppendOptions{})
 		require.NoError(t, err)
+		worker.Wake(r.w, names[i])
 	}
 	if kind != "log" {
-		// Every small session's wake-up has reached the worker.
-		e.eventually("the small sessions' wake-ups", func() bool {
-			q := worker.Woken(r.w)
-			for _, n := range names {
-				if !slices.Contains(q, n) {
-					return false
-				}
-			}
-			return true
-		})
+		require.Subset(t, worker.Woken(r.w), names, "every small session waits in the queue")
 	}
 	hotBefore := count("hot")
 	startedSmall := func() int {
@@ -144,6 +146,10 @@ func hotSessionRounds(t *testing.T, e *env, kind string) {
 		n := len(started)
 		mu.Unlock()
 		require.Less(t, n, hot+smalls, "every head started, not every small session")
+		// The store's clock moves on between claims, so the index lists a
+		// session a claim left work in behind those waiting longer (its
+		// rotation); with a clock that stands still, every session ties.
+		e.clock.Advance(time.Millisecond)
 		gate <- struct{}{}
 		e.eventually("a head started in the freed slot", func() bool {
 			mu.Lock()
@@ -154,10 +160,14 @@ func hotSessionRounds(t *testing.T, e *env, kind string) {
 	extra := count("hot") - hotBefore
 	t.Logf("%s: the hot session started %d heads while 20 small sessions waited for their first", kind, extra)
 	// An event consumer's turn is one claim: with one slot free at a time,
-	// one head, and the hot session's turn may come round once more. A
-	// lane or log head passes its slot to its lane's next head at most
-	// chainQuantum (16) heads in a row while others wait, per slot.
-	bound := 2
+	// one head. The hot session's turn comes once in the queue's round,
+	// and a claim from the index may find it earliest once before its
+	// claims move it behind the others (claims alternate between the queue
+	// and the index when the index may have work: the start-up repair's
+	// word, say). A lane or log head passes its slot to its lane's next
+	// head at most chainQuantum (16) heads in a row while others wait, per
+	// slot.
+	bound := 3
 	if kind != "event" {
 		bound = busy * 16
 	}
