@@ -56,8 +56,6 @@ func hotSessionRounds(t *testing.T, e *env, kind string) {
 			return ctx.Err()
 		}
 	}
-	var consumer string
-	var handler worker.HandlerSpec
 	event := func(i int) a2redis.Event {
 		switch kind {
 		case "event":
@@ -67,23 +65,10 @@ func hotSessionRounds(t *testing.T, e *env, kind string) {
 		}
 		return a2redis.Event{Type: "order.paid"} // the auditor's typed log
 	}
-	switch kind {
-	case "event":
-		consumer = mailer.Name
-		handler = worker.Handle(consumer, func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
-			return nil, run(ctx, h.Session)
-		})
-	case "lane":
-		consumer = billing.Name
-		handler = worker.Handle(consumer, func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
-			return nil, run(ctx, h.Session)
-		})
-	default:
-		consumer = auditor.Name
-		handler = worker.Handle(consumer, func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
-			return nil, run(ctx, h.Session)
-		})
-	}
+	consumer := map[string]string{"event": mailer.Name, "lane": billing.Name, "log": auditor.Name}[kind]
+	handler := worker.Handle(consumer, func(ctx context.Context, h a2redis.HeadEvent) ([]a2redis.Event, error) {
+		return nil, run(ctx, h.Session)
+	})
 	r := e.start(worker.Config{Concurrency: concurrency}, handler)
 	t.Cleanup(func() { close(gate) })
 	// The test hands the worker each session's wake-up itself, as its watch
