@@ -26,8 +26,8 @@ import (
 // between the two (the index rotates the sessions it lists by itself:
 // ClaimNext moves a session it claimed from behind the others). A lane
 // head's slot passes to the lane's next head (CompleteAndClaim), at most
-// chainQuantum heads in a row while another session waits (othersWaiting)
-// and no slot is free: then it goes back to the dispatcher. So no session
+// chainQuantum heads in a row while another session waits (othersWaiting):
+// then it goes back to the dispatcher. So no session
 // waits behind more than one turn of a busy one per round of the sessions
 // ahead of it — a claim, or a chain of at most chainQuantum heads per
 // slot (docs/design-notes.md, "Fair share").
@@ -39,7 +39,7 @@ const (
 	maxWoken      = 1024
 	// chainQuantum is how many heads of one lane a slot runs in a row,
 	// each claimed with its predecessor's completion, while another
-	// session waits and no slot is free: then the slot goes back to the
+	// session waits: then the slot goes back to the
 	// dispatcher and the lane waits its turn (round robin with a quantum:
 	// a chain is cheap — one script call per head — and breaking it costs
 	// a claim).

@@ -53,15 +53,16 @@ func (w *Worker) invoke(j *job) (events []a2redis.Event, ran time.Duration, err 
 // finish records a job's outcome once its handler returned.
 func (w *Worker) finish(j *job, events []a2redis.Event, err error, ran time.Duration) {
 	// A lane head's slot passes to its lane's next head, chainQuantum
-	// heads in a row at most while another session waits for a slot
-	// (inbox lock taken alone).
+	// heads in a row at most while another session waits (inbox lock taken
+	// alone), even when a slot is free: that slot alone would go round the
+	// waiting sessions while every chain kept its own.
 	others := j.head.Lane != "" && j.chain+1 >= chainQuantum && w.othersWaiting(j.session)
 	w.mu.Lock()
 	w.leaveLocked(j, j.state == jobRunning)
 	j.state = jobSettling
 	lost, stopped := j.lost, j.stopped
 	batched := err == nil && len(events) == 0 && !lost
-	j.keepSlot = batched && j.head.Lane != "" && !w.stopping && !(others && w.free == 0)
+	j.keepSlot = batched && j.head.Lane != "" && !w.stopping && !others
 	if !j.keepSlot {
 		w.freeSlotLocked()
 	}
