@@ -486,7 +486,7 @@ func (r *Report) writeSmallSessions(b *strings.Builder) {
 	var shapes, churn []*ScenarioResult
 	for _, s := range r.Scenarios {
 		switch {
-		case strings.HasPrefix(s.ID, "a2redis/worker/event-cursors/small/"):
+		case strings.HasPrefix(s.ID, "a2redis/worker/small-sessions/"):
 			shapes = append(shapes, s)
 		case strings.HasPrefix(s.ID, "a2redis/worker/churn/"):
 			churn = append(churn, s)

@@ -84,7 +84,7 @@ func smallScenarios() []*scenario {
 
 // smallID is the id of the shape row of k events per session.
 func smallID(k int) string {
-	return fmt.Sprintf("a2redis/worker/event-cursors/small/sessions=%d,events=%d", smallSessions, k)
+	return fmt.Sprintf("a2redis/worker/small-sessions/events=%d", k)
 }
 
 // smallSessionCount is the shape rows' session count at the run's scale.

@@ -51,7 +51,7 @@ func run() int {
 	flag.IntVar(&opts.Rate, "rate", 0, fmt.Sprintf("latency scenarios' fixed rate, events/s (default %d)", bench.DefaultRate))
 	flag.DurationVar(&opts.LatencyDuration, "latency-duration", 0, fmt.Sprintf("how long each latency scenario sends (default %v, quick %v)", bench.DefaultLatencyDuration, bench.QuickLatencyDuration))
 	flag.Uint64Var(&opts.Seed, "seed", 0, "seed of the round orders (default random; recorded in the report)")
-	flag.StringVar(&only, "only", "", "comma-separated substrings: run only scenarios whose id contains one (ids with a comma, like the small-session rows', are picked by a part without one: event-cursors/small/)")
+	flag.StringVar(&only, "only", "", "comma-separated substrings: run only scenarios whose id contains one")
 	flag.BoolVar(&opts.NoWarmup, "no-warmup", false, "skip the unrecorded warm-up pass")
 	flag.StringVar(&jsonOut, "json", "results/latest.json", "JSON output path (empty: none)")
 	flag.StringVar(&mdOut, "md", "results/latest.md", "Markdown output path (empty: none)")
