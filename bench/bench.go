@@ -148,7 +148,11 @@ type scenario struct {
 	events int
 	// ceiling and asynq name the reference scenarios of an a2redis one.
 	ceiling, asynq string
-	run            func(ctx context.Context, h *harness, n int) (Measurement, error)
+	// count, when set, is the event count of a run, in place of events
+	// (scaled for a throughput scenario): for a scenario whose count must
+	// follow a shape that scales, such as sessions × events per session.
+	count func(h *harness) int
+	run   func(ctx context.Context, h *harness, n int) (Measurement, error)
 }
 
 // harness is what scenarios share: the Redis clients and the run's options.
@@ -322,7 +326,10 @@ func (h *harness) runOne(ctx context.Context, s *scenario) (Measurement, error) 
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	n := s.events
-	if s.kind != KindLatency {
+	switch {
+	case s.count != nil:
+		n = s.count(h)
+	case s.kind != KindLatency:
 		n = h.scaled(s.events, 200)
 	}
 	m, err := s.run(ctx, h, n)
@@ -356,6 +363,7 @@ func (h *harness) scenarios() []*scenario {
 	var list []*scenario
 	list = append(list, a2Scenarios(latencyEvents)...)
 	list = append(list, workerScenarios(latencyEvents)...)
+	list = append(list, smallScenarios()...)
 	list = append(list, streamScenarios(latencyEvents)...)
 	list = append(list, asynqScenarios(latencyEvents)...)
 	return list

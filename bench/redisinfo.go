@@ -113,6 +113,40 @@ func (h *harness) usedMemory(ctx context.Context) (float64, error) {
 	return total, nil
 }
 
+// memoryPoint reads used_memory, the dataset's share of it (as
+// usedMemory) and the key count from INFO, which no scenario is charged
+// for, so it can be read inside a measured phase.
+func (h *harness) memoryPoint(ctx context.Context) (MemoryPoint, error) {
+	info, err := h.info(ctx, "memory")
+	if err != nil {
+		return MemoryPoint{}, fmt.Errorf("a2bench: INFO memory: %w", err)
+	}
+	f := parseInfo(info)
+	field := func(name string) float64 {
+		v, _ := strconv.ParseFloat(f[name], 64)
+		return v
+	}
+	p := MemoryPoint{UsedMemory: field("used_memory")}
+	p.Dataset = p.UsedMemory
+	for _, noise := range []string{"mem_clients_normal", "mem_clients_slaves", "mem_replication_backlog", "mem_aof_buffer", "used_memory_scripts"} {
+		p.Dataset -= field(noise)
+	}
+	keyspace, err := h.info(ctx, "keyspace")
+	if err != nil {
+		return MemoryPoint{}, fmt.Errorf("a2bench: INFO keyspace: %w", err)
+	}
+	for _, db := range parseInfo(keyspace) {
+		// db0:keys=3,expires=0,avg_ttl=0
+		for _, part := range strings.Split(db, ",") {
+			if v, ok := strings.CutPrefix(part, "keys="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				p.Keys += n
+			}
+		}
+	}
+	return p, nil
+}
+
 // phase is a measurement under way: it began with CONFIG RESETSTAT and
 // readings of the server's and this process's CPU.
 type phase struct {

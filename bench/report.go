@@ -402,6 +402,7 @@ func (r *Report) Markdown() string {
 	w("\n")
 	r.writeScenarioTitles(&b)
 	r.writeRatios(&b)
+	r.writeSmallSessions(&b)
 	r.writeGoals(&b)
 	r.writeDominant(&b)
 	return b.String()
@@ -476,6 +477,102 @@ func (r *Report) writeRatios(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "\n")
 	}
+}
+
+// writeSmallSessions renders the small-session rows (issue 33) beside
+// their asynq references: the session shapes, then the churn.
+func (r *Report) writeSmallSessions(b *strings.Builder) {
+	byID := r.byID()
+	var shapes, churn []*ScenarioResult
+	for _, s := range r.Scenarios {
+		switch {
+		case strings.HasPrefix(s.ID, "a2redis/worker/small-sessions/"):
+			shapes = append(shapes, s)
+		case strings.HasPrefix(s.ID, "a2redis/worker/churn/"):
+			churn = append(churn, s)
+		}
+	}
+	if len(shapes) == 0 && len(churn) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "### Small sessions and churn (issue 33)\n\n")
+	if len(shapes) > 0 {
+		fmt.Fprintf(b, "The worker runtime with its default settings over many sessions of a few events each (a backlog appended 1 event per call, then drained), ")
+		fmt.Fprintf(b, "beside asynq's Server draining as many tasks (÷ asynq: the a2redis figure divided by its reference's, same run). Costs per event, end to end; ")
+		fmt.Fprintf(b, "per session they are k times these.\n\n")
+		fmt.Fprintf(b, "| scenario | sessions × events | events/s | sessions/s | ÷ asynq (events/s) | commands/ev | scripts/ev | server µs/ev | ÷ asynq (server µs) | B/ev handled | asynq reference |\n")
+		fmt.Fprintf(b, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+		for _, s := range shapes {
+			sm := s.Summary
+			if sm == nil {
+				fmt.Fprintf(b, "| %s | failed: %s | | | | | | | | | |\n", s.ID, firstError(s))
+				continue
+			}
+			sessions, k := sm.Notes["sessions"], sm.Notes["events_per_session"]
+			perSession := "—"
+			if k > 0 {
+				perSession = rate(sm.Throughput / k)
+			}
+			handled := "—"
+			if sm.MemHandled != nil {
+				handled = fmt.Sprintf("%.0f", *sm.MemHandled)
+			}
+			thr, cpu := "—", "—"
+			if rs := summaryOf(byID[s.Asynq]); rs != nil {
+				thr, cpu = ratio(sm.Throughput, rs.Throughput), ratio(sm.E2E.ServerCPU, rs.E2E.ServerCPU)
+			}
+			fmt.Fprintf(b, "| %s | %s × %.0f | %s | %s | %s | %.1f | %.2f | %.1f | %s | %s | `%s` |\n",
+				s.ID, thousands(int(sessions)), k, rate(sm.Throughput), perSession, thr,
+				sm.E2E.Commands, sm.E2E.Scripts, sm.E2E.ServerCPU, cpu, handled, s.Asynq)
+		}
+		fmt.Fprintf(b, "\n")
+	}
+	if len(churn) > 0 {
+		fmt.Fprintf(b, "Churn: sessions of 1 event created at a fixed rate, handled by a worker with default settings and dropped by its retention; ")
+		fmt.Fprintf(b, "measured from the first append until every session was dropped, so the per-session costs are whole lives (asynq's reference deletes each task once done). ")
+		fmt.Fprintf(b, "Memory: INFO used_memory (in parentheses: less client buffers and script caches) and the key count, at the start, ")
+		fmt.Fprintf(b, "when the last session was handled, and once every session was dropped.\n\n")
+		fmt.Fprintf(b, "| scenario | sessions | sessions/s | p50 ms | p99 ms | commands/session | scripts/session | server µs/session | client µs/session | used_memory start | when the last was handled | after the drops |\n")
+		fmt.Fprintf(b, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, s := range churn {
+			sm := s.Summary
+			if sm == nil {
+				fmt.Fprintf(b, "| %s | failed: %s | | | | | | | | | | |\n", s.ID, firstError(s))
+				continue
+			}
+			p50, p99 := "—", "—"
+			if sm.Latency != nil {
+				p50, p99 = fmt.Sprintf("%.2f", sm.Latency.P50), fmt.Sprintf("%.2f", sm.Latency.P99)
+			}
+			start, steady, end := "—", "—", "—"
+			if t := sm.Memory; t != nil {
+				start, steady, end = memPoint(t.Start), memPoint(t.Steady), memPoint(t.End)
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %.1f | %.2f | %.1f | %.1f | %s | %s | %s |\n",
+				s.ID, thousands(sm.Events), rate(sm.Throughput), p50, p99,
+				sm.E2E.Commands, sm.E2E.Scripts, sm.E2E.ServerCPU, sm.E2E.ClientCPU, start, steady, end)
+			if rs := summaryOf(byID[s.Asynq]); rs != nil {
+				lp50, lp99 := "—", "—"
+				if sm.Latency != nil && rs.Latency != nil {
+					lp50, lp99 = ratio(sm.Latency.P50, rs.Latency.P50), ratio(sm.Latency.P99, rs.Latency.P99)
+				}
+				fmt.Fprintf(b, "| ÷ `%s` (per task) | | | %s | %s | %s | %s | %s | %s | | | |\n", s.Asynq, lp50, lp99,
+					ratio(sm.E2E.Commands, rs.E2E.Commands), ratio(sm.E2E.Scripts, rs.E2E.Scripts),
+					ratio(sm.E2E.ServerCPU, rs.E2E.ServerCPU), ratio(sm.E2E.ClientCPU, rs.E2E.ClientCPU))
+			}
+		}
+		fmt.Fprintf(b, "\n")
+	}
+}
+
+// memPoint formats a memory reading: used_memory (the dataset's share)
+// and the key count.
+func memPoint(p MemoryPoint) string {
+	return fmt.Sprintf("%s (%s), %s keys", megabytes(p.UsedMemory), megabytes(p.Dataset), thousands(int(p.Keys)))
+}
+
+func megabytes(v float64) string {
+	return fmt.Sprintf("%.2f MB", v/1e6)
 }
 
 func (r *Report) writeGoals(b *strings.Builder) {

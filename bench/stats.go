@@ -104,6 +104,9 @@ type Measurement struct {
 	MemByKind map[string]float64 `json:"mem_bytes_per_event_by_key_kind,omitempty"`
 	// Notes holds scenario-specific counts (fallback wake-ups, catch-ups…).
 	Notes map[string]float64 `json:"notes,omitempty"`
+	// Memory is the server's memory read at points of the run, for a
+	// scenario that follows it through time (the churn row).
+	Memory *MemoryTrace `json:"memory_trace,omitempty"`
 	// Error is why the run failed.
 	Error string `json:"error,omitempty"`
 }
@@ -174,6 +177,32 @@ type Summary struct {
 	MemByKind map[string]float64 `json:"mem_bytes_per_event_by_key_kind,omitempty"`
 	// Notes are the medians of the runs' notes.
 	Notes map[string]float64 `json:"notes,omitempty"`
+	// Memory holds the medians of the runs' memory traces.
+	Memory *MemoryTrace `json:"memory_trace,omitempty"`
+}
+
+// MemoryTrace is the server's memory at points of a run: at its start,
+// at its steady state and at its end (what each point is, the scenario's
+// title says). The readings are INFO's, which the harness does not count
+// as the scenario's commands.
+type MemoryTrace struct {
+	Start  MemoryPoint `json:"start"`
+	Steady MemoryPoint `json:"steady"`
+	End    MemoryPoint `json:"end"`
+}
+
+// MemoryPoint is one reading of a MemoryTrace.
+type MemoryPoint struct {
+	// UsedMemory is INFO memory's used_memory, in bytes.
+	UsedMemory float64 `json:"used_memory"`
+	// Dataset is used_memory less client buffers, replication and AOF
+	// buffers and script caches (INFO memory's mem_clients_normal,
+	// mem_clients_slaves, mem_replication_backlog, mem_aof_buffer and
+	// used_memory_scripts), the same figure as the report's other memory
+	// figures read from MEMORY STATS.
+	Dataset float64 `json:"dataset_bytes"`
+	// Keys is the database's key count (INFO keyspace).
+	Keys float64 `json:"keys"`
 }
 
 func (r *ScenarioResult) summarize() {
@@ -244,6 +273,26 @@ func (r *ScenarioResult) summarize() {
 	}
 	s.Notes = medians(ok, func(m Measurement) map[string]float64 { return m.Notes })
 	s.MemByKind = medians(ok, func(m Measurement) map[string]float64 { return m.MemByKind })
+	if ok[0].Memory != nil {
+		point := func(get func(MemoryTrace) MemoryPoint) MemoryPoint {
+			of := func(m Measurement) MemoryPoint {
+				if m.Memory == nil {
+					return MemoryPoint{}
+				}
+				return get(*m.Memory)
+			}
+			return MemoryPoint{
+				UsedMemory: pick(func(m Measurement) float64 { return of(m).UsedMemory }),
+				Dataset:    pick(func(m Measurement) float64 { return of(m).Dataset }),
+				Keys:       pick(func(m Measurement) float64 { return of(m).Keys }),
+			}
+		}
+		s.Memory = &MemoryTrace{
+			Start:  point(func(t MemoryTrace) MemoryPoint { return t.Start }),
+			Steady: point(func(t MemoryTrace) MemoryPoint { return t.Steady }),
+			End:    point(func(t MemoryTrace) MemoryPoint { return t.End }),
+		}
+	}
 	r.Summary = s
 }
 

@@ -54,34 +54,58 @@ func workerScenarios(latencyEvents int) []*scenario {
 			return workerTypedLog(ctx, h, n, 100)
 		},
 	}, &scenario{
-		id: "a2redis/worker/hot-session/control", system: SystemA2, kind: KindLatency,
-		title: fmt.Sprintf("worker runtime, Concurrency 16, a 1 ms handler: %d sessions × %d events appended at once, "+
-			"append → handler start of their events, with nothing else to do (the control of the next row)", hotSmalls, hotSmallEvents),
-		events: hotSmalls * hotSmallEvents,
-		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
-			return workerHotSession(ctx, h, n, 0, 1)
-		},
-	}, &scenario{
-		id: "a2redis/worker/hot-session/backlog", system: SystemA2, kind: KindLatency,
-		title: fmt.Sprintf("the same, while the worker has a backlog of %d events (at scale 1) in one other session, appended while it runs "+
-			"(fair share: within 2× of the control)", hotBacklog),
-		events: hotSmalls * hotSmallEvents,
-		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
-			return workerHotSession(ctx, h, n, h.scaled(hotBacklog, 2000), 1)
-		},
-	}, &scenario{
-		id: "a2redis/worker/hot-session/backlog-3-workers", system: SystemA2, kind: KindLatency,
-		title:  "the same with three workers of Concurrency 16 (each receives every wake-up and rotates on its own)",
-		events: hotSmalls * hotSmallEvents,
-		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
-			return workerHotSession(ctx, h, n, h.scaled(hotBacklog, 2000), 3)
-		},
-	}, &scenario{
 		id: "a2redis/worker/latency", system: SystemA2, kind: KindLatency,
 		title:  "Append → handler start in the worker runtime (woken by wake-ups), 1 session, fixed rate",
 		events: latencyEvents, ceiling: "streams/latency", asynq: "asynq/latency",
 		run: workerLatency,
 	})
+	return append(list, hotSessionScenarios()...)
+}
+
+// hotSpec is one hot-session row: the consumer kind, when the hot
+// session's backlog arrives (none: the control), and how many workers run.
+type hotSpec struct {
+	kind    string // "event", "lane" or "log"
+	arrival string // "" (no hot session), "running", "before" or "continuous"
+	workers int
+}
+
+// hotSessionScenarios are the fair-share rows (issue 34): for each
+// consumer kind a control without the hot session and the same with a hot
+// backlog, plus the event consumer's backlog arriving before the worker
+// starts, arriving continuously, and with three workers.
+func hotSessionScenarios() []*scenario {
+	specs := []struct {
+		id, title string
+		spec      hotSpec
+	}{
+		{"control", fmt.Sprintf("worker runtime, Concurrency 16, a 1 ms handler, an event consumer: %d sessions × %d events appended at once, "+
+			"append → handler start of their events, with nothing else to do (the control of the next rows)", hotSmalls, hotSmallEvents),
+			hotSpec{"event", "", 1}},
+		{"backlog", fmt.Sprintf("the same, while the worker has a backlog of %d events (at scale 1) in one other session, appended while it runs "+
+			"(fair share: within 2× of the control)", hotBacklog), hotSpec{"event", "running", 1}},
+		{"backlog-before-start", "the same, the backlog appended before the worker starts", hotSpec{"event", "before", 1}},
+		{"backlog-continuous", "the same, and the hot session appended to 100 events every 20 ms (5,000/s) until every small session's events started",
+			hotSpec{"event", "continuous", 1}},
+		{"backlog-3-workers", "the backlog row with three workers of Concurrency 16 (each receives every wake-up and rotates on its own)",
+			hotSpec{"event", "running", 3}},
+		{"lane/control", "the control row for a lane consumer (a small session's events on 5 lanes, the hot session's over 50)",
+			hotSpec{"lane", "", 1}},
+		{"lane/backlog", "the backlog row for the lane consumer", hotSpec{"lane", "running", 1}},
+		{"log/control", "the control row for a typed log consumer (one log lane per session: a session's events run in order)",
+			hotSpec{"log", "", 1}},
+		{"log/backlog", "the backlog row for the typed log consumer", hotSpec{"log", "running", 1}},
+	}
+	list := make([]*scenario, 0, len(specs))
+	for _, r := range specs {
+		list = append(list, &scenario{
+			id: "a2redis/worker/hot-session/" + r.id, system: SystemA2, kind: KindLatency,
+			title: r.title, events: hotSmalls * hotSmallEvents,
+			run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
+				return workerHotSession(ctx, h, n, r.spec)
+			},
+		})
+	}
 	return list
 }
 
@@ -263,17 +287,61 @@ const (
 	hotSmalls      = 200
 	hotSmallEvents = 5
 	hotBacklog     = 20_000
+	// The continuous row's hot producer: hotContinuousBatch events every
+	// hotContinuousEvery.
+	hotContinuousBatch = 100
+	hotContinuousEvery = 20 * time.Millisecond
 )
 
 // workerHotSession measures how long the events of hotSmalls sessions of
 // hotSmallEvents events each wait (their append's start → their handler's
-// start) in a worker whose handler takes about a millisecond, after
-// `backlog` events were appended to one other session while the worker ran
-// (none: the control), by `workers` workers. n is the small sessions' events.
-func workerHotSession(ctx context.Context, h *harness, n, backlog, workers int) (Measurement, error) {
-	st, _, err := h.workerStore(ctx, nil)
+// start) in workers whose handler takes about a millisecond, beside one
+// other session given a backlog as spec says (none: the control). n is the
+// small sessions' events.
+func workerHotSession(ctx context.Context, h *harness, n int, spec hotSpec) (Measurement, error) {
+	consumer, lanes := a2Consumer, 0
+	var declared []a2redis.Consumer
+	switch spec.kind {
+	case "lane":
+		lanes = 50
+	case "log":
+		consumer = "audit"
+		declared = []a2redis.Consumer{{Name: consumer, Log: &a2redis.LogSpec{Lane: "log", Types: []string{"order.placed"}, Backfill: true}}}
+	}
+	st, _, err := h.workerStore(ctx, declared)
 	if err != nil {
 		return Measurement{}, err
+	}
+	// event returns the j-th event of a session (the hot one's lanes: 50).
+	event := func(j, spread int) a2redis.Event {
+		switch spec.kind {
+		case "lane":
+			return a2redis.Event{Type: "order.placed", Payload: payload, Targets: []a2redis.Target{{Consumer: consumer, Lane: strconv.Itoa(j % spread)}}}
+		case "log":
+			return a2redis.Event{Type: "order.placed", Payload: payload}
+		}
+		return a2redis.Event{Type: "order.placed", Payload: payload, Targets: []a2redis.Target{{Consumer: consumer}}}
+	}
+	backlog := 0
+	if spec.arrival != "" {
+		backlog = h.scaled(hotBacklog, 2000)
+	}
+	appendHot := func(count int) error {
+		for i := 0; i < count; i += 500 {
+			batch := make([]a2redis.Event, min(500, count-i))
+			for j := range batch {
+				batch[j] = event(i+j, max(lanes, 1))
+			}
+			if _, err := st.Append(ctx, "hot", batch, redisstore.AppendOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if spec.arrival == "before" {
+		if err := appendHot(backlog); err != nil {
+			return Measurement{}, err
+		}
 	}
 	sessions := n / hotSmallEvents
 	clk := newClock()
@@ -292,15 +360,15 @@ func workerHotSession(ctx context.Context, h *harness, n, backlog, workers int) 
 	}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	done := make(chan error, workers)
-	for range workers {
+	done := make(chan error, spec.workers)
+	for range spec.workers {
 		running := make(chan struct{})
 		w, err := worker.New(st, worker.Config{
 			Concurrency:  16,
-			AllConsumers: true,
+			AllConsumers: declared == nil,
 			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Hooks:        worker.Hooks{OnStart: func(context.Context) { close(running) }},
-		}, worker.Handle(a2Consumer, handler))
+		}, worker.Handle(consumer, handler))
 		if err != nil {
 			return Measurement{}, err
 		}
@@ -308,13 +376,34 @@ func workerHotSession(ctx context.Context, h *harness, n, backlog, workers int) 
 		<-running
 	}
 	time.Sleep(200 * time.Millisecond) // the work subscriptions confirm
-	target := []a2redis.Target{{Consumer: a2Consumer}}
-	for i := 0; i < backlog; i += 500 {
-		batch := make([]a2redis.Event, min(500, backlog-i))
-		for j := range batch {
-			batch[j] = a2redis.Event{Type: "order.placed", Payload: payload, Targets: target}
+	switch spec.arrival {
+	case "running":
+		if err := appendHot(backlog); err != nil {
+			return Measurement{}, err
 		}
-		if _, err := st.Append(ctx, "hot", batch, redisstore.AppendOptions{}); err != nil {
+	case "continuous":
+		// The hot session is appended to until the workers stop: 100
+		// events every 20 ms (5,000 a second, more than its share drains
+		// while the small sessions wait, so its backlog keeps growing).
+		hot := make(chan error, 1)
+		defer func() { stop(); <-hot }()
+		go func() {
+			tick := time.NewTicker(hotContinuousEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					hot <- nil
+					return
+				case <-tick.C:
+				}
+				if err := appendHot(hotContinuousBatch); err != nil && wctx.Err() == nil {
+					hot <- err
+					return
+				}
+			}
+		}()
+		if err := appendHot(backlog); err != nil {
 			return Measurement{}, err
 		}
 	}
@@ -326,7 +415,7 @@ func workerHotSession(ctx context.Context, h *harness, n, backlog, workers int) 
 	for k := range sessions {
 		batch := make([]a2redis.Event, hotSmallEvents)
 		for j := range batch {
-			batch[j] = a2redis.Event{Type: "order.placed", Payload: payload, Targets: target}
+			batch[j] = event(j, hotSmallEvents)
 		}
 		appended[k].Store(clk.now())
 		if _, err := st.Append(ctx, fmt.Sprint("small-", k), batch, redisstore.AppendOptions{}); err != nil {
@@ -338,7 +427,7 @@ func workerHotSession(ctx context.Context, h *harness, n, backlog, workers int) 
 	all := make(chan error, 1)
 	go func() {
 		var first error
-		for range workers {
+		for range spec.workers {
 			if err := <-done; err != nil && first == nil {
 				first = err
 			}
