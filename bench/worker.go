@@ -347,6 +347,10 @@ func workerHotSession(ctx context.Context, h *harness, n int, spec hotSpec) (Mea
 	clk := newClock()
 	appended := make(stamps, sessions)
 	rec := newRecorder(n)
+	// hotWhile counts the hot session's heads started after the first
+	// small session's append and before the last small event started.
+	var smallsBegun atomic.Bool
+	var hotWhile atomic.Int64
 	handler := func(_ context.Context, head a2redis.HeadEvent) ([]a2redis.Event, error) {
 		if i, ok := strings.CutPrefix(head.Session, "small-"); ok {
 			if k, err := strconv.Atoi(i); err == nil {
@@ -354,6 +358,8 @@ func workerHotSession(ctx context.Context, h *harness, n int, spec hotSpec) (Mea
 					rec.add(d)
 				}
 			}
+		} else if smallsBegun.Load() && rec.count() < n {
+			hotWhile.Add(1)
 		}
 		time.Sleep(time.Millisecond)
 		return nil, nil
@@ -418,6 +424,7 @@ func workerHotSession(ctx context.Context, h *harness, n int, spec hotSpec) (Mea
 			batch[j] = event(j, hotSmallEvents)
 		}
 		appended[k].Store(clk.now())
+		smallsBegun.Store(true)
 		if _, err := st.Append(ctx, fmt.Sprint("small-", k), batch, redisstore.AppendOptions{}); err != nil {
 			return Measurement{}, err
 		}
@@ -442,5 +449,6 @@ func workerHotSession(ctx context.Context, h *harness, n int, spec hotSpec) (Mea
 		Events: n, Seconds: elapsed.Seconds(), Throughput: achieved,
 		Latency: rec.latency("a small session's append start → its events' handler start"),
 		Cost:    cost,
+		Notes:   map[string]float64{"hot_heads_while_small_waited": float64(hotWhile.Load())},
 	}, nil
 }

@@ -124,19 +124,37 @@ func (w *Worker) flushed(session string) {
 // flush completes a batch of one session's heads that returned no events
 // in one script call; with lane heads among them (and the worker not
 // stopping), the same call claims each lane's next head, which runs in the
-// slot its predecessor held.
+// slot its predecessor held. A lane head that gave its slot back (its chain
+// reached chainQuantum while another session waited) is completed in a
+// call of its own that claims nothing: otherwise the call would claim its
+// lane's next head too, and that head would take the slot just freed for
+// the sessions waiting (before the dispatcher could give it to them).
 func (w *Worker) flush(session string, jobs []*job, stopping bool) {
-	attempts := make([]redisstore.Attempt, len(jobs))
 	slots := 0
-	var chains map[string]int
+	var yielded, kept []*job
+	for _, j := range jobs {
+		if j.keepSlot {
+			slots++
+		}
+		if j.head.Lane != "" && !j.keepSlot {
+			yielded = append(yielded, j)
+		} else {
+			kept = append(kept, j)
+		}
+	}
+	if slots > 0 && len(yielded) > 0 && !stopping {
+		w.settleBatch(yielded, w.completeBatch(session, yielded))
+		jobs = kept
+	}
+	attempts := make([]redisstore.Attempt, len(jobs))
+	var turns map[string]*turn
 	for i, j := range jobs {
 		attempts[i] = redisstore.AttemptOf(j.head)
 		if j.keepSlot {
-			slots++
-			if chains == nil {
-				chains = map[string]int{}
+			if turns == nil {
+				turns = map[string]*turn{}
 			}
-			chains[laneKey(j.head.Consumer, j.head.Lane)] = j.chain
+			turns[laneKey(j.head.Consumer, j.head.Lane)] = j.turn
 		}
 	}
 	req := redisstore.CompleteAttemptsRequest{Session: session, Attempts: attempts, Consumers: w.served}
@@ -159,15 +177,40 @@ func (w *Worker) flush(session string, jobs []*job, stopping bool) {
 	if err == nil && next.Outcome == redisstore.Claimed {
 		heads = next.Heads
 	}
-	w.admitNextLocked(session, heads, slots, chains, leaseFrom)
+	w.admitNextLocked(session, heads, slots, turns, leaseFrom)
 	w.flushed(session)
 	w.mu.Unlock()
+	w.settleBatch(jobs, batchResult{results: results, err: err})
+}
+
+// batchResult is what a batched completion call returned.
+type batchResult struct {
+	results []redisstore.CompleteResult
+	err     error
+}
+
+// completeBatch completes jobs in one CompleteAttempts call (claiming
+// nothing).
+func (w *Worker) completeBatch(session string, jobs []*job) batchResult {
+	attempts := make([]redisstore.Attempt, len(jobs))
+	for i, j := range jobs {
+		attempts[i] = redisstore.AttemptOf(j.head)
+	}
+	results, err := w.store.CompleteAttempts(w.wctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: attempts, Consumers: w.served})
+	if w.heldDespite(w.wctx, err, len(results) == len(jobs)) {
+		err = nil
+	}
+	return batchResult{results: results, err: err}
+}
+
+// settleBatch reports each job of a batched completion.
+func (w *Worker) settleBatch(jobs []*job, r batchResult) {
 	for i, j := range jobs {
 		o := Outcome{Head: j.head, Kind: OutcomeCompleted}
 		switch {
-		case err != nil:
-			o.Kind, o.Err = OutcomeWriteFailed, fmt.Errorf("worker: completing %d heads: %w", len(jobs), err)
-		case results[i].Outcome == redisstore.CompleteSuperseded:
+		case r.err != nil:
+			o.Kind, o.Err = OutcomeWriteFailed, fmt.Errorf("worker: completing %d heads: %w", len(jobs), r.err)
+		case r.results[i].Outcome == redisstore.CompleteSuperseded:
 			o.Kind = OutcomeSuperseded
 		}
 		w.settle(j, o)

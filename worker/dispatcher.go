@@ -465,8 +465,9 @@ func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult,
 		}
 	} else {
 		w.free -= len(res.Heads)
+		t := new(turn) // the session's turn: this claim's heads share it
 		for _, h := range res.Heads {
-			w.admitLocked(res.Session, h, leaseFrom)
+			w.admitLocked(res.Session, h, leaseFrom, t)
 		}
 		w.mu.Unlock()
 	}

@@ -56,7 +56,7 @@ func (w *Worker) finish(j *job, events []a2redis.Event, err error, ran time.Dura
 	// heads in a row at most while another session waits (inbox lock taken
 	// alone), even when a slot is free: that slot alone would go round the
 	// waiting sessions while every chain kept its own.
-	others := j.head.Lane != "" && j.chain+1 >= chainQuantum && w.othersWaiting(j.session)
+	others := j.head.Lane != "" && j.turn.chained.Load() >= chainQuantum && w.othersWaiting(j.session)
 	w.mu.Lock()
 	w.leaveLocked(j, j.state == jobRunning)
 	j.state = jobSettling

@@ -121,12 +121,12 @@ type job struct {
 	lost       bool // the claim was lost: record nothing
 	stopped    bool // cancelled by a stop: release unless it succeeded
 	keepSlot   bool // its slot passes to the lane's next head
-	// chain is how many heads of its lane ran before it in its slot, one
-	// passing the slot to the next (at most chainQuantum while other
-	// sessions wait).
-	chain int
-	prev  *job // an earlier attempt of the same head, still running here
-	done  chan struct{}
+	// turn counts the heads chained (each claimed with its predecessor's
+	// completion) since the claim that started the session's turn: every
+	// head of that claim and the lane heads that followed them share it.
+	turn *turn
+	prev *job // an earlier attempt of the same head, still running here
+	done chan struct{}
 }
 
 // New returns a worker for store's consumers with the given handlers (at
@@ -245,15 +245,22 @@ func missing(name string) Handler {
 // ID returns the worker's holder name (Config.ID).
 func (w *Worker) ID() string { return w.cfg.ID }
 
-// admitLocked starts (or queues) a claimed head; its slot is already
-// counted.
-func (w *Worker) admitLocked(session string, h a2redis.HeadEvent, leaseFrom time.Time) {
-	w.admitChainLocked(session, h, leaseFrom, 0)
+// turn is a session's turn in this worker: a claim's heads, then the lane
+// heads chained after them, chainQuantum at most while other sessions wait.
+type turn struct{ chained atomic.Int64 }
+
+// admitLocked starts (or queues) a claimed head of turn t (nil: a turn of
+// its own); its slot is already counted.
+func (w *Worker) admitLocked(session string, h a2redis.HeadEvent, leaseFrom time.Time, t *turn) {
+	if t == nil {
+		t = new(turn)
+	}
+	w.admitChainLocked(session, h, leaseFrom, t)
 }
 
-// admitChainLocked is admitLocked for a head that takes the slot of the
-// chain-th head of its lane before it (0: a slot of its own).
-func (w *Worker) admitChainLocked(session string, h a2redis.HeadEvent, leaseFrom time.Time, chain int) {
+// admitChainLocked starts (or queues) a head of turn t: claimed, or
+// claimed with its lane's previous head's completion (then counted in t).
+func (w *Worker) admitChainLocked(session string, h a2redis.HeadEvent, leaseFrom time.Time, t *turn) {
 	c := w.consumers[h.Consumer]
 	if c == nil && w.cfg.AllConsumers {
 		c = &consumer{spec: a2redis.Consumer{Name: h.Consumer}, backoff: w.cfg.Backoff, handler: missing(h.Consumer)}
@@ -271,7 +278,7 @@ func (w *Worker) admitChainLocked(session string, h a2redis.HeadEvent, leaseFrom
 	j := &job{
 		key:     headKey{session: session, consumer: h.Consumer, lane: h.Lane, index: h.Index},
 		session: session, head: h, c: c, ctx: ctx, cancel: cancel,
-		leaseUntil: leaseFrom.Add(w.cfg.TTL), done: make(chan struct{}), chain: chain,
+		leaseUntil: leaseFrom.Add(w.cfg.TTL), done: make(chan struct{}), turn: t,
 	}
 	if old := w.held[j.key]; old != nil {
 		// A newer attempt of a head this process still runs: the old one
@@ -292,11 +299,11 @@ func (w *Worker) admitChainLocked(session string, h a2redis.HeadEvent, leaseFrom
 }
 
 // admitNextLocked takes in the lane heads a batched completion claimed:
-// each runs in a slot its predecessor kept (slots of them; chains says how
-// many heads of each lane ran in it, by laneKey), else in a free slot;
+// each runs in a slot its predecessor kept (slots of them; turns gives the
+// predecessor's turn by laneKey), else in a free slot;
 // what finds none, or comes while the worker stops, is released. Kept
 // slots left over are freed.
-func (w *Worker) admitNextLocked(session string, heads []a2redis.HeadEvent, slots int, chains map[string]int, leaseFrom time.Time) {
+func (w *Worker) admitNextLocked(session string, heads []a2redis.HeadEvent, slots int, turns map[string]*turn, leaseFrom time.Time) {
 	var release []a2redis.HeadEvent
 	for _, h := range heads {
 		switch {
@@ -304,10 +311,15 @@ func (w *Worker) admitNextLocked(session string, heads []a2redis.HeadEvent, slot
 			release = append(release, h)
 		case slots > 0:
 			slots--
-			w.admitChainLocked(session, h, leaseFrom, chains[laneKey(h.Consumer, h.Lane)]+1)
+			t := turns[laneKey(h.Consumer, h.Lane)]
+			if t == nil {
+				t = new(turn)
+			}
+			t.chained.Add(1)
+			w.admitChainLocked(session, h, leaseFrom, t)
 		case w.free > 0:
 			w.free--
-			w.admitLocked(session, h, leaseFrom)
+			w.admitLocked(session, h, leaseFrom, nil)
 		default:
 			release = append(release, h)
 		}
