@@ -184,6 +184,13 @@ func (b *inbox) putBack(notTried []string, again string) {
 	}
 }
 
+// pending reports whether a wake-up waits for the dispatcher (tests).
+func (b *inbox) pending() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dirty || len(b.woken) > 0 || len(b.hints.list) > 0 || len(b.wake) > 0
+}
+
 // gaps returns how many shards reported a Gap so far (tests).
 func (b *inbox) gaps() int {
 	b.mu.Lock()
@@ -238,6 +245,7 @@ func (w *Worker) repairLoop(ctx context.Context) {
 				w.poke()
 			}
 		}
+		w.repairs.Add(1)
 		select {
 		case <-ctx.Done():
 			return
@@ -375,6 +383,7 @@ func (w *Worker) dispatch(ctx context.Context) {
 			wait = min(wait, max(time.Until(rateAt), time.Millisecond))
 		}
 		t := time.NewTimer(wait)
+		w.parked.Store(wait >= w.cfg.MaxWait && !dirty)
 		select {
 		case <-ctx.Done():
 		case <-w.inbox.wake:
@@ -387,6 +396,7 @@ func (w *Worker) dispatch(ctx context.Context) {
 			w.othersDue.Store(true) // a hold ended, or MaxWait: not read yet
 		}
 		t.Stop()
+		w.parked.Store(false)
 	}
 }
 

@@ -28,3 +28,12 @@ func SubscribedShards(w *Worker) int { return w.inbox.gaps() }
 // Wake hands w a wake-up naming session, as its watch does for a work
 // announcement.
 func Wake(w *Worker, session string) { w.inbox.add(notify.WorkNotice{Session: session}) }
+
+// Parked reports whether w's start-up is over — its first heartbeat and
+// repair pass tried, every index shard's subscription reported — and its
+// dispatcher waits for a wake-up or MaxWait with nothing left to read and
+// no wake-up pending: an idle worker sends nothing until one comes.
+func Parked(w *Worker) bool {
+	return w.beats.Load() > 0 && (w.cfg.RepairEvery <= 0 || w.repairs.Load() > 0) &&
+		w.inbox.gaps() == w.store.ReadyShards() && w.parked.Load() && !w.inbox.pending()
+}

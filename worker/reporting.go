@@ -29,6 +29,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 				w.runtimeError(ctx, nil, fmt.Errorf("worker: heartbeat: %w", err))
 			}
 		}
+		w.beats.Add(1)
 		select {
 		case <-ctx.Done():
 			return

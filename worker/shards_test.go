@@ -102,10 +102,14 @@ func TestWorkerOverManyShards(t *testing.T) {
 	}
 }
 
-// An idle worker over 256 shards sends nothing in a 2 s window but at most
-// one MaxWait pass (10 s; 256 ZRANGEs) once its first calls have read
-// every shard: bounded reads per call do not turn into polling. Counted
-// exactly by the server's command statistics.
+// An idle worker over 256 shards, once its start-up reads are done, sends
+// nothing at all (a 2 s window, counted exactly by the server's command
+// statistics): bounded reads per call do not turn into polling. A wake-up
+// then costs one bounded read (claimNextShards ZRANGEs, not a pass over
+// all 256), and the worker parks again. "Done" is the worker's own state
+// (its first heartbeat and repair tried, every shard's subscription
+// reported, the dispatcher parked with nothing pending), not a guess at how long start-up takes; MaxWait is an hour so
+// that its pass cannot fall in the window.
 func TestIdleWorkerOverManyShardsSendsNothing(t *testing.T) {
 	const shards = 256
 	addr, _ := redistest.Spawn(t)
@@ -114,42 +118,38 @@ func TestIdleWorkerOverManyShardsSendsNothing(t *testing.T) {
 	client, err := redisstore.Dial(ctx, "redis://"+addr)
 	require.NoError(t, err)
 	defer client.Close()
-	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: redistest.Prefix(t), ReadyShards: shards})
+	// The registry is read at New only (its refresh is its own test's).
+	store, err := redisstore.New(ctx, client, redisstore.Config{Prefix: redistest.Prefix(t), ReadyShards: shards, ConsumerRefresh: -1})
 	require.NoError(t, err)
-	started := make(chan struct{})
-	// Heartbeats and repairs at start only (their own tests count them),
-	// so that a slow start-up cannot put one in the window.
-	w, err := worker.New(store, worker.Config{Logger: quiet(), HeartbeatTTL: time.Hour, RepairEvery: time.Hour,
-		Hooks: worker.Hooks{OnStart: func(context.Context) { close(started) }}},
+	// Heartbeats and repairs at start only (their own tests count them).
+	w, err := worker.New(store, worker.Config{Logger: quiet(), HeartbeatTTL: time.Hour, RepairEvery: time.Hour, MaxWait: time.Hour},
 		worker.Handle("c", func(context.Context, a2redis.HeadEvent) ([]a2redis.Event, error) { return nil, nil }))
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	<-started
-	// A window counts once start-up is over: the 256 subscriptions made
-	// (each reports a gap, whose shard the next claims read) and the
-	// start-up repair done. Under -race that takes a few windows.
-	var calls map[string]int64
-	for range 15 {
-		require.NoError(t, client.Do(ctx, client.B().ConfigResetstat().Build()).Error())
-		time.Sleep(2 * time.Second)
-		calls, err = redistest.CommandCalls(ctx, client)
+	e := &env{t: t, ctx: ctx}
+	e.eventually("start-up over and the dispatcher parked", func() bool { return worker.Parked(w) })
+	counted := func() map[string]int64 {
+		calls, err := redistest.CommandCalls(ctx, client)
 		require.NoError(t, err)
-		if calls["subscribe"] == 0 && calls["hello"] == 0 && calls["scan"] == 0 {
-			break
+		for _, name := range []string{"info", "config|resetstat", "config"} {
+			delete(calls, name)
 		}
-		t.Logf("still starting: %v", calls)
+		// rueidis's keep-alive on each subscribed connection.
+		delete(calls, "ping")
+		return calls
 	}
-	t.Logf("in 2s: %v", calls)
-	for _, name := range []string{"info", "config|resetstat", "config", "ping"} {
-		delete(calls, name)
-	}
-	if n, ok := calls["zrange"]; ok {
-		// A pass is 4 round trips of 64 shards: the window may cut one.
-		require.LessOrEqual(t, n, int64(shards), "at most one index pass")
-		delete(calls, "zrange")
-	}
-	require.Empty(t, calls, "commands an idle worker sent in 2s")
+	require.NoError(t, client.Do(ctx, client.B().ConfigResetstat().Build()).Error())
+	time.Sleep(2 * time.Second)
+	assert.Empty(t, counted(), "commands an idle worker sent in 2s")
+	require.True(t, worker.Parked(w), "still parked")
+
+	require.NoError(t, client.Do(ctx, client.B().ConfigResetstat().Build()).Error())
+	worker.Poke(w)
+	e.eventually("parked again after a wake-up", func() bool { return worker.Parked(w) })
+	calls := counted()
+	t.Logf("one wake-up: %v", calls)
+	assert.Equal(t, map[string]int64{"zrange": 8}, calls, "one wake-up reads 8 shards, once")
 	require.NoError(t, w.Shutdown(ctx))
 	require.NoError(t, <-done)
 }

@@ -55,7 +55,14 @@ type Worker struct {
 	// othersDue: the index listed other sessions due at the dispatcher's
 	// last read, or has news it has not read (othersWaiting).
 	othersDue atomic.Bool
-	startedAt time.Time // when Run started
+	// parked: the dispatcher waits for a wake-up or MaxWait with nothing
+	// left to read (tests wait for it before counting what an idle
+	// worker sends).
+	parked atomic.Bool
+	// beats and repairs count the heartbeats and repair passes tried
+	// (tests wait for the first of each before counting commands).
+	beats, repairs atomic.Int64
+	startedAt      time.Time // when Run started
 
 	life    lifecycle // Run's and Shutdown's signals
 	inbox   inbox     // the dispatcher's wake-ups, behind their own lock
