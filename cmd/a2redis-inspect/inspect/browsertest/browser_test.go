@@ -304,7 +304,10 @@ func TestDashboardFleetInChromium(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.SetValue(chromedp.CSS("#filter-error"), "timeout"),
 		chromedp.Click(chromedp.CSS("#filter-apply")),
-		chromedp.WaitVisible(chromedp.CSS("#bulk"))))
+		// The filtered page, not the one the click left: only it carries
+		// the filter in its bulk form (the old page's table already held
+		// ticket-1, so waiting for that text raced the navigation).
+		chromedp.WaitReady(chromedp.CSS(`#bulk input[name="error"][value="timeout"]`))))
 	waitText(t, ctx, "#dead-across", "ticket-1")
 	filtered := text(t, ctx, "#dead-across")
 	require.Contains(t, filtered, "ticket-2")
