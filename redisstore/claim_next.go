@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -51,6 +52,13 @@ type ClaimNextRequest struct {
 	// (the worker's MaxWait timer), which finds what nothing announced
 	// (another process's lease that lapsed) however many shards there are.
 	AllShards bool
+	// Spread, above 1, lets the call claim from up to Spread sessions
+	// (never more than Limit) in one round trip, the claims sent together:
+	// the sessions named in Sessions, or the earliest due in the index.
+	// Limit is shared among them as evenly as it goes (each result's
+	// Share). The first session claimed from is the result's Session, the
+	// others are in More. 0 or 1: one session per call.
+	Spread int
 }
 
 // ClaimNextResult is what a ClaimNext claimed.
@@ -60,6 +68,14 @@ type ClaimNextResult struct {
 	// ClaimResult is the claim in that session; its Outcome is Claimed, or
 	// Busy / Settled when no session gave work.
 	ClaimResult
+	// Share is the part of the request's Limit the claim in Session was
+	// given (all of it without Spread): a claim that took as many heads,
+	// claimed and dead-lettered, may have left more behind.
+	Share int
+	// More are the other sessions claimed from when Spread let the call
+	// claim from several, each with its Session, ClaimResult and Share
+	// (their OthersDue and NextAt are not set).
+	More []ClaimNextResult
 	// OthersDue, when the claim came from the index (not from Sessions),
 	// reports that the index listed other sessions as due too, in the
 	// shards this call read or, for the others, as far as the store knows
@@ -99,12 +115,17 @@ func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	}
 	ctx, end := o.Begin(ctx, Operation{Name: OpClaimNext})
 	res, err := s.claimNext(ctx, req)
-	end(OperationEnd{Session: res.Session, Count: len(res.Heads), DeadLettered: len(res.DeadLettered), Err: err})
+	count, dead := len(res.Heads), len(res.DeadLettered)
+	for _, m := range res.More {
+		count, dead = count+len(m.Heads), dead+len(m.DeadLettered)
+	}
+	end(OperationEnd{Session: res.Session, Count: count, DeadLettered: dead, Err: err})
 	return res, err
 }
 
 // claimNextCandidates is how many due sessions per shard one ClaimNext
-// reads, and claimNextTries how many of them it tries.
+// reads, and claimNextTries how many of them it tries (or its Spread, when
+// more).
 const (
 	claimNextCandidates = 8
 	claimNextTries      = 8
@@ -215,6 +236,14 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 			return ClaimNextResult{}, check.Invalid("Shards", "must be in [0, %d) (got %d)", s.cfg.ReadyShards, shard)
 		}
 	}
+	if req.Spread < 0 {
+		return ClaimNextResult{}, check.Invalid("Spread", "is negative (%d)", req.Spread)
+	}
+	limit := cmp.Or(req.Limit, s.cfg.ClaimLimit)
+	if limit < 0 || limit > s.cfg.MaxBatch {
+		return ClaimNextResult{}, check.Invalid("Limit", "must be in [1, Config.MaxBatch (%d)] (got %d)", s.cfg.MaxBatch, limit)
+	}
+	spread := max(1, min(req.Spread, limit))
 	view := &s.view
 	view.init(s.cfg.ReadyShards)
 	for _, shard := range req.Shards {
@@ -225,10 +254,10 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	}
 	// Updates a shard refused earlier go before the index is read.
 	s.flushLate(ctx)
-	claim := func(session string) (ClaimResult, error) {
+	claim := func(session string, limit int) (ClaimResult, error) {
 		return s.claimAvailable(refusalsOnce(ctx), ClaimRequest{
 			Session: session, Holder: req.Holder, TTL: req.TTL, Exclude: req.Exclude,
-			Consumers: req.Consumers, MaxFailures: req.MaxFailures, Limit: req.Limit,
+			Consumers: req.Consumers, MaxFailures: req.MaxFailures, Limit: limit,
 		})
 	}
 	// A session the server refuses (its slot migrating) is passed over for
@@ -241,18 +270,60 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 		}
 		return false
 	}
-	for _, session := range req.Sessions {
-		r, err := claim(session)
-		if passOver(err) {
-			continue
-		}
-		if err = unreplicatedNothing(r, err); err != nil {
-			return heldDespite(session, r, err), err
-		}
-		if r.Outcome == Claimed {
-			return ClaimNextResult{Session: session, ClaimResult: r}, nil
+	// A batch's claims, what each session gave: claimed (with, when not
+	// acknowledged in time, an a2redis.ErrNotReplicated error: its heads
+	// are held all the same), nothing (outcome), refused (passed over), or
+	// failed (failure: returned when no session of the batch gave work).
+	var (
+		claimed  []ClaimNextResult
+		unacked  error
+		failure  error
+		outcome  = Settled
+		fruitful = func() bool { return len(claimed) > 0 }
+	)
+	batch := func(sessions []string, gave func(session string, r ClaimResult, err error)) {
+		tries := claimBatch(sessions, limit, claim)
+		for _, t := range tries {
+			if passOver(t.err) {
+				continue
+			}
+			err := unreplicatedNothing(t.r, t.err)
+			if err != nil && !errors.Is(err, a2redis.ErrNotReplicated) {
+				failure = cmp.Or(failure, err)
+			}
+			if gave != nil {
+				gave(t.session, t.r, err)
+			}
+			switch {
+			case err != nil && errors.Is(err, a2redis.ErrNotReplicated):
+				unacked = cmp.Or(unacked, err)
+				claimed = append(claimed, ClaimNextResult{Session: t.session, ClaimResult: t.r, Share: t.share})
+			case err == nil && t.r.Outcome == Claimed:
+				claimed = append(claimed, ClaimNextResult{Session: t.session, ClaimResult: t.r, Share: t.share})
+			case err == nil && t.r.Outcome == Busy:
+				outcome = Busy
+			}
 		}
 	}
+	// done assembles what the batch claimed: the first session is the
+	// result's, the others are in More.
+	done := func() (ClaimNextResult, error) {
+		res := claimed[0]
+		if len(claimed) > 1 {
+			res.More = claimed[1:]
+		}
+		return res, unacked
+	}
+	for from := 0; from < len(req.Sessions); from += spread {
+		batch(req.Sessions[from:min(from+spread, len(req.Sessions))], nil)
+		if fruitful() {
+			return done()
+		}
+		if failure != nil {
+			return ClaimNextResult{}, failure
+		}
+	}
+	outcome = Settled
 	now := s.now()
 	shards, seen := view.pick(s.cfg.ReadyShards, now, req.AllShards)
 	read := make([][]rueidis.ZScore, len(shards))
@@ -356,48 +427,60 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	}
 	// othersDue reports whether the index lists a session other than
 	// claimed as due: among those read, or in a shard not read.
-	othersDue := func(claimed string) bool {
+	othersDue := func(claimed []ClaimNextResult) bool {
 		for _, c := range due {
-			if c.session != claimed {
+			if !slices.ContainsFunc(claimed, func(r ClaimNextResult) bool { return r.Session == c.session }) {
 				return true
 			}
 		}
 		return view.dueElsewhere(shards, now)
 	}
 	sort.Slice(due, func(i, j int) bool { return due[i].at < due[j].at })
-	if len(due) > claimNextTries {
-		due = due[:claimNextTries]
+	if tries := max(claimNextTries, spread); len(due) > tries {
+		due = due[:tries]
 	}
 	// Oldest first, but callers arriving together should not all pick the
 	// same session: shuffle the front half.
 	front := (len(due) + 1) / 2
 	rand.Shuffle(front, func(i, j int) { due[i], due[j] = due[j], due[i] })
-	outcome := Settled
+	at := make(map[string]int64, len(due))
 	for _, cand := range due {
-		r, err := claim(cand.session)
-		if passOver(err) {
-			continue
+		at[cand.session] = cand.at
+	}
+	for from := 0; from < len(due); from += spread {
+		names := make([]string, 0, spread)
+		for _, cand := range due[from:min(from+spread, len(due))] {
+			names = append(names, cand.session)
 		}
-		if err = unreplicatedNothing(r, err); err != nil {
+		var missed []string
+		batch(names, func(session string, r ClaimResult, err error) {
+			switch {
+			case err != nil && !errors.Is(err, a2redis.ErrNotReplicated):
+			case r.Outcome == Claimed || (err != nil && (r.Outcome == Claimed || len(r.DeadLettered) > 0)):
+				fate[session] = claimedIt
+			default:
+				fate[session] = failedIt
+				missed = append(missed, session)
+			}
+		})
+		for _, session := range missed {
+			if skipping {
+				s.skips.add(scope, session, at[session])
+				fate[session] = skippedIt
+			}
+			if err := s.resyncReady(refusalsOnce(ctx), session); err != nil && !passOver(err) {
+				failure = cmp.Or(failure, err)
+			}
+		}
+		if fruitful() {
 			learn()
-			return heldDespite(cand.session, r, err), err
+			res, err := done()
+			res.OthersDue = othersDue(claimed)
+			return res, err
 		}
-		if r.Outcome == Claimed {
-			fate[cand.session] = claimedIt
+		if failure != nil {
 			learn()
-			return ClaimNextResult{Session: cand.session, ClaimResult: r, OthersDue: othersDue(cand.session)}, nil
-		}
-		fate[cand.session] = failedIt
-		if r.Outcome == Busy {
-			outcome = Busy
-		}
-		if skipping {
-			s.skips.add(scope, cand.session, cand.at)
-			fate[cand.session] = skippedIt
-		}
-		if err := s.resyncReady(refusalsOnce(ctx), cand.session); err != nil && !passOver(err) {
-			learn()
-			return ClaimNextResult{}, err
+			return ClaimNextResult{}, failure
 		}
 	}
 	learn()
@@ -420,6 +503,40 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	return res, nil
 }
 
+// claimTry is one session's claim in a batch: its share of the call's
+// limit and what the claim gave.
+type claimTry struct {
+	session string
+	share   int
+	r       ClaimResult
+	err     error
+}
+
+// claimBatch claims from sessions at once (their calls go out together,
+// pipelined on the client's connections), limit shared among them as
+// evenly as it goes, the first ones taking what does not divide; it
+// reports what each gave, in order.
+func claimBatch(sessions []string, limit int, claim func(session string, limit int) (ClaimResult, error)) []claimTry {
+	n := len(sessions)
+	tries := make([]claimTry, n)
+	for i, session := range sessions {
+		tries[i] = claimTry{session: session, share: limit / n}
+		if i < limit%n {
+			tries[i].share++
+		}
+	}
+	if n == 1 {
+		tries[0].r, tries[0].err = claim(sessions[0], tries[0].share)
+		return tries
+	}
+	var wg sync.WaitGroup
+	for i := range tries {
+		wg.Go(func() { tries[i].r, tries[i].err = claim(tries[i].session, tries[i].share) })
+	}
+	wg.Wait()
+	return tries
+}
+
 // unreplicatedNothing drops a replication shortfall from the error of a
 // claim that claimed and dead-lettered nothing (ClaimNext goes on to the
 // next session, as after any claim that gave nothing), and returns err
@@ -429,15 +546,4 @@ func unreplicatedNothing(r ClaimResult, err error) error {
 		return nil
 	}
 	return err
-}
-
-// heldDespite is what ClaimNext returns with err from a claim of session:
-// a claim not acknowledged in time holds its heads all the same, so its
-// result goes back with the a2redis.ErrNotReplicated error; any other
-// error returns nothing.
-func heldDespite(session string, r ClaimResult, err error) ClaimNextResult {
-	if errors.Is(err, a2redis.ErrNotReplicated) {
-		return ClaimNextResult{Session: session, ClaimResult: r}
-	}
-	return ClaimNextResult{}
 }

@@ -263,3 +263,100 @@ func TestClaimNextReportsOthersDue(t *testing.T) {
 		})
 	}
 }
+
+// Spread: one ClaimNext claims from several sessions, the limit shared
+// among them (Share), from the index and from named sessions; Spread 0 is
+// one session a call; concurrent spread claims on two stores claim every
+// head exactly once. Counted: heads claimed, claimed twice, sessions per
+// call.
+func TestClaimNextSpread(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		one := func(n int) []a2redis.Event {
+			evs := make([]a2redis.Event, n)
+			for i := range evs {
+				evs[i] = a2redis.Event{Type: "t", Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)), Targets: []a2redis.Target{{Consumer: "c"}}}
+			}
+			return evs
+		}
+		for i := range 6 {
+			_, err := e.store.Append(e.ctx, fmt.Sprintf("s%d", i), one(1), redisstore.AppendOptions{})
+			require.NoError(t, err)
+		}
+		_, err := e.store.Append(e.ctx, "big", one(10), redisstore.AppendOptions{})
+		require.NoError(t, err)
+		claimed := map[string]int{}
+		take := func(r redisstore.ClaimNextResult) []redisstore.ClaimNextResult {
+			all := append([]redisstore.ClaimNextResult{r}, r.More...)
+			for _, c := range all {
+				require.Equal(t, redisstore.Claimed, c.Outcome, c.Session)
+				require.LessOrEqual(t, len(c.Heads), c.Share, c.Session)
+				for _, h := range c.Heads {
+					require.Equal(t, c.Session, h.Session)
+					require.Equal(t, "t", h.Type, "the claimed head's event is filled in")
+					claimed[fmt.Sprintf("%s/%d", c.Session, h.Index)]++
+				}
+			}
+			return all
+		}
+
+		// From the index: four sessions, a head each.
+		r, err := e.store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Hour, Limit: 4, Spread: 4, AllShards: true})
+		require.NoError(t, err)
+		all := take(r)
+		require.Len(t, all, 4, "sessions claimed from in one call")
+		seen := map[string]bool{}
+		for _, c := range all {
+			require.False(t, seen[c.Session], "a session claimed twice in one call")
+			seen[c.Session] = true
+			require.Equal(t, 1, c.Share)
+			require.Len(t, c.Heads, 1)
+		}
+
+		// Named: big's share is 3 of 5, an empty session's 2.
+		r, err = e.store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Hour, Limit: 5, Spread: 2, Sessions: []string{"big", "none"}})
+		require.NoError(t, err)
+		all = take(r)
+		require.Len(t, all, 1)
+		require.Equal(t, "big", r.Session)
+		require.Equal(t, 3, r.Share)
+		require.Len(t, r.Heads, 3)
+
+		// No spread: one session a call, the whole limit its share.
+		r, err = e.store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Hour, Limit: 3, AllShards: true})
+		require.NoError(t, err)
+		require.Len(t, take(r), 1)
+		require.Equal(t, 3, r.Share)
+
+		_, err = e.store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Hour, Spread: -1})
+		require.ErrorIs(t, err, a2redis.ErrInvalidArgument)
+
+		// The rest, by four callers on two stores at once.
+		other, err := redisstore.New(e.ctx, e.client, redisstore.Config{Prefix: e.prefix, Clock: e.clock.Now})
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for g := range 4 {
+			store := []*redisstore.Store{e.store, other}[g%2]
+			wg.Go(func() {
+				for {
+					r, err := store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: fmt.Sprint("w", g), TTL: time.Hour, Limit: 8, Spread: 8, AllShards: true})
+					if !assert.NoError(t, err) || r.Outcome != redisstore.Claimed {
+						return
+					}
+					mu.Lock()
+					take(r)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		twice := 0
+		for _, n := range claimed {
+			if n > 1 {
+				twice++
+			}
+		}
+		assert.Zero(t, twice, "heads claimed twice")
+		assert.Len(t, claimed, 16, "every head claimed")
+	})
+}

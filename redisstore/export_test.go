@@ -16,3 +16,24 @@ func CoalesceLine(s *Store, session string) (inFlight, queued int) {
 	}
 	return line.inFlight, len(line.queue)
 }
+
+// HoldReadyLine takes shard's ready-index line of s as a call under way
+// would, until the returned func lets it go: the updates that come
+// meanwhile wait in one group.
+func HoldReadyLine(s *Store, shard int) (release func()) {
+	s.lines.mu.Lock()
+	line := s.lines.lineLocked(shard)
+	s.lines.mu.Unlock()
+	line.sem <- struct{}{}
+	return func() { <-line.sem }
+}
+
+// ReadyLineWaiting returns how many updates wait in shard's forming group.
+func ReadyLineWaiting(s *Store, shard int) int {
+	s.lines.mu.Lock()
+	defer s.lines.mu.Unlock()
+	if line := s.lines.lines[shard]; line != nil && line.next != nil {
+		return len(line.next.updates)
+	}
+	return 0
+}

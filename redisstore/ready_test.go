@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -552,4 +553,55 @@ func TestClaimServingOneConsumerBehindManyOthers(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, redisstore.Busy, c.Outcome, "its one head is held")
 	})
+}
+
+// A store's ready-index updates to one shard go together while a call to
+// it is under way: 20 appends to sessions of one shard, their updates held
+// behind a call the test keeps under way, then one ready_index call for
+// all 20 (counted exactly: 20 append scripts and 1 more), every session
+// listed. Each append returned only once its own update was applied.
+func TestReadyUpdatesShareCallsPerShard(t *testing.T) {
+	t.Parallel()
+	addr, _ := redistest.Spawn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, err := redisstore.Dial(ctx, "redis://"+addr)
+	require.NoError(t, err)
+	defer client.Close()
+	s, err := redisstore.New(ctx, client, redisstore.Config{Prefix: redistest.Prefix(t), ReadyShards: 1})
+	require.NoError(t, err)
+	one := []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}
+	_, err = s.Append(ctx, "warm", one, redisstore.AppendOptions{}) // scripts loaded
+	require.NoError(t, err)
+	require.NoError(t, client.Do(ctx, client.B().ConfigResetstat().Build()).Error())
+
+	release := redisstore.HoldReadyLine(s, 0)
+	const n = 20
+	var wg sync.WaitGroup
+	var returned atomic.Int64
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.Append(ctx, fmt.Sprint("s", i), one, redisstore.AppendOptions{})
+			assert.NoError(t, err)
+			returned.Add(1)
+		})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for redisstore.ReadyLineWaiting(s, 0) < n {
+		require.True(t, time.Now().Before(deadline), "the updates never queued (%d)", redisstore.ReadyLineWaiting(s, 0))
+		time.Sleep(time.Millisecond)
+	}
+	require.Zero(t, returned.Load(), "an append returned before its ready-index update was applied")
+	release()
+	wg.Wait()
+	calls, err := redistest.CommandCalls(ctx, client)
+	require.NoError(t, err)
+	assert.Equal(t, int64(n+1), calls["evalsha"], "20 appends and one ready_index call: %v", calls)
+	stats, err := s.ReadyStats(ctx)
+	require.NoError(t, err)
+	listed := 0
+	for _, st := range stats {
+		listed += int(st.Due + st.Held)
+	}
+	assert.Equal(t, n+1, listed, "every session listed (and warm)")
 }

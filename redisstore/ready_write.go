@@ -100,7 +100,9 @@ func (s *Store) noteReady(ctx context.Context, session, mark string) {
 	// Refusals (the shard's slot migrating) are retried within ReadyWait;
 	// ready_index applies only newer versions, so a repeat is harmless.
 	err := s.retrying(ctx, true, func(ctx context.Context) error {
-		return s.applyReady(ctx, shard, []readyUpdate{u})
+		return s.lines.send(ctx, shard, u, func(ctx context.Context, updates []readyUpdate) error {
+			return s.applyReady(ctx, shard, updates)
+		})
 	})
 	if u.at == "" && !s.cfg.NoCompaction {
 		// The write left the session without work: rebuild a small log to
@@ -112,6 +114,93 @@ func (s *Store) noteReady(ctx context.Context, session, mark string) {
 		return
 	}
 	s.flushLate(ctx)
+}
+
+// readyLines coalesces the ready-index updates a store's writes send to
+// each shard: while one call to a shard is under way, the updates that come
+// meanwhile wait and go together in the next call (group commit: each
+// writer still waits until its own update is applied). A store has at most
+// one call to a shard under way, so concurrent writes to sessions of one
+// shard (a worker completing many small sessions) share script calls
+// instead of sending one each.
+type readyLines struct {
+	mu    sync.Mutex
+	lines map[int]*readyLine
+}
+
+// readyLine is one shard's: the call under way (sem) and the group that
+// forms meanwhile.
+type readyLine struct {
+	sem  chan struct{}
+	next *readyGroup
+}
+
+// readyGroup is the updates one call sends, and its outcome once done is
+// closed.
+type readyGroup struct {
+	updates []readyUpdate
+	done    chan struct{}
+	err     error
+}
+
+// lineLocked returns shard's line, made on first use (l.mu held).
+func (l *readyLines) lineLocked(shard int) *readyLine {
+	if l.lines == nil {
+		l.lines = map[int]*readyLine{}
+	}
+	line := l.lines[shard]
+	if line == nil {
+		line = &readyLine{sem: make(chan struct{}, 1)}
+		l.lines[shard] = line
+	}
+	return line
+}
+
+// send applies u to shard with apply, in a group with the updates that
+// come while the shard's call under way ends: the group's first writer
+// sends it (on its context), the others wait for it (or their context).
+func (l *readyLines) send(ctx context.Context, shard int, u readyUpdate, apply func(context.Context, []readyUpdate) error) error {
+	l.mu.Lock()
+	line := l.lineLocked(shard)
+	g := line.next
+	if g == nil {
+		g = &readyGroup{done: make(chan struct{})}
+		line.next = g
+	}
+	g.updates = append(g.updates, u)
+	lead := len(g.updates) == 1
+	l.mu.Unlock()
+	if !lead {
+		select {
+		case <-g.done:
+			return g.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Close the group to newcomers once it is its turn (or its writer
+	// gives up: the group fails, and each writer keeps its update for
+	// later, as after any failed update).
+	closeGroup := func() []readyUpdate {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if line.next == g {
+			line.next = nil
+		}
+		return g.updates
+	}
+	select {
+	case line.sem <- struct{}{}:
+	case <-ctx.Done():
+		closeGroup()
+		g.err = ctx.Err()
+		close(g.done)
+		return g.err
+	}
+	g.err = apply(ctx, closeGroup())
+	<-line.sem
+	close(g.done)
+	return g.err
 }
 
 // waitWithin returns limit, or what is left of ctx's deadline when that is

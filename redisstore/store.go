@@ -164,6 +164,7 @@ type Store struct {
 	coalesce coalescer
 	skips    skipCache
 	late     lateReady
+	lines    readyLines
 	bigLogs  bigLogs
 	// maxBulk is the largest value one command argument may carry: the
 	// least proto-max-bulk-len of the nodes when New could read it and it

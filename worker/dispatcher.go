@@ -37,6 +37,13 @@ import (
 const (
 	wokenPerClaim = 4
 	maxWoken      = 1024
+	// claimSpread is the most sessions one claim takes heads of
+	// (ClaimNextRequest.Spread), the free slots shared among them. The
+	// dispatcher adapts its spread between 1 and this: it doubles while
+	// the sessions of a claim give less than their shares (small sessions:
+	// many to a round trip) and halves once every one gave its whole share
+	// (sessions with more: larger claims and completions per session).
+	claimSpread = 32
 	// chainQuantum is how many heads of one lane a slot runs in a row,
 	// each claimed with its predecessor's completion, while another
 	// session waits: then the slot goes back to the
@@ -167,7 +174,7 @@ func (b *inbox) takeShards() []int {
 // others (they have not had their turn), and the session it claimed from
 // when it may have more (the claim took all it could) behind them all:
 // round robin across the sessions wake-ups named.
-func (b *inbox) putBack(notTried []string, again string) {
+func (b *inbox) putBack(notTried []string, again []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var front []string
@@ -178,9 +185,11 @@ func (b *inbox) putBack(notTried []string, again string) {
 		}
 	}
 	b.woken = append(front, b.woken...)
-	if again != "" && !b.wokenSet[again] {
-		b.wokenSet[again] = true
-		b.woken = append(b.woken, again)
+	for _, session := range again {
+		if !b.wokenSet[session] {
+			b.wokenSet[session] = true
+			b.woken = append(b.woken, session)
+		}
 	}
 }
 
@@ -302,6 +311,7 @@ func (w *Worker) dispatch(ctx context.Context) {
 	// sessions the index alone knows of are not left waiting behind
 	// woken ones.
 	indexTurn := false
+	spread := 1
 	for ctx.Err() == nil {
 		woken, marked := w.inbox.collect(&dirty, &nextAt)
 		if marked {
@@ -327,7 +337,11 @@ func (w *Worker) dispatch(ctx context.Context) {
 		}
 		var sessions []string
 		if limit > 0 && !(dirty && indexTurn) {
-			sessions = w.inbox.take(wokenPerClaim)
+			sessions = w.inbox.take(max(wokenPerClaim, min(limit, spread)))
+		}
+		used := 1 // the spread of this claim
+		if limit > 0 {
+			used = min(limit, spread)
 		}
 		indexTurn = false
 		if limit > 0 && (dirty || len(sessions) > 0) {
@@ -335,7 +349,7 @@ func (w *Worker) dispatch(ctx context.Context) {
 			leaseFrom := time.Now()
 			res, err := w.store.ClaimNext(w.wctx, redisstore.ClaimNextRequest{
 				Holder: w.cfg.ID, TTL: w.cfg.TTL, Consumers: served, MaxFailures: w.cfg.MaxFailures,
-				Limit: limit, Sessions: sessions, Shards: shards, AllShards: full,
+				Limit: limit, Sessions: sessions, Shards: shards, AllShards: full, Spread: used,
 			})
 			if w.heldDespite(ctx, err, res.Session != "") {
 				err = nil
@@ -358,7 +372,8 @@ func (w *Worker) dispatch(ctx context.Context) {
 			}
 			errWait = 0
 			if res.Outcome == redisstore.Claimed {
-				if !w.admitClaim(ctx, res, leaseFrom, sessions, limit) {
+				spread = adaptSpread(spread, used, res)
+				if !w.admitClaim(ctx, res, leaseFrom, sessions, used) {
 					// From the index: other sessions may be due too.
 					dirty, nextAt = true, time.Time{}
 					w.othersDue.Store(res.OthersDue)
@@ -450,39 +465,78 @@ func (w *Worker) scopeLocked() (served []a2redis.Consumer, limit int, narrowed b
 	return served, limit, len(open) < len(w.order)
 }
 
-// admitClaim takes in what a ClaimNext claimed, and reports whether it
-// came from a session a wake-up named (not from reading the index).
-func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult, leaseFrom time.Time, sessions []string, limit int) bool {
-	i := slices.Index(sessions, res.Session)
-	if i >= 0 {
-		// ClaimNext stopped at this one: the later named sessions were
-		// not tried and keep their turn; this one may have more when the
-		// claim was full, and waits behind every other.
-		again := ""
-		if len(res.Heads)+len(res.DeadLettered) >= limit {
-			again = res.Session
+// adaptSpread returns the spread of the next claim after res, a claim
+// made with spread (see claimSpread): doubled when every session gave
+// less than its share, halved when the claim went to as many sessions as
+// it could and every one gave its whole share.
+func adaptSpread(current, spread int, res redisstore.ClaimNextResult) int {
+	claims := append([]redisstore.ClaimNextResult{res}, res.More...)
+	full := 0
+	for _, c := range claims {
+		if len(c.Heads)+len(c.DeadLettered) >= c.Share {
+			full++
 		}
-		w.inbox.putBack(sessions[i+1:], again)
+	}
+	switch {
+	case full == 0:
+		return min(current*2, claimSpread)
+	case full == len(claims) && len(claims) >= spread:
+		return max(current/2, 1)
+	}
+	return current
+}
+
+// admitClaim takes in what a ClaimNext claimed (from one session, or from
+// several with Spread), and reports whether it came from sessions a
+// wake-up named (not from reading the index). sessions are the woken
+// sessions the call named, tried spread at a time.
+func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult, leaseFrom time.Time, sessions []string, spread int) bool {
+	claims := append([]redisstore.ClaimNextResult{res}, res.More...)
+	last := -1
+	var again []string
+	for _, c := range claims {
+		if i := slices.Index(sessions, c.Session); i >= 0 {
+			last = max(last, i)
+			// A claim that took its whole share may have left more: the
+			// session waits behind every other.
+			if len(c.Heads)+len(c.DeadLettered) >= c.Share {
+				again = append(again, c.Session)
+			}
+		}
+	}
+	if last >= 0 {
+		// ClaimNext stopped at the batch that gave work: the later named
+		// sessions were not tried and keep their turn.
+		tried := min(len(sessions), (last/max(spread, 1)+1)*max(spread, 1))
+		w.inbox.putBack(sessions[tried:], again)
 	}
 	w.mu.Lock()
 	if w.stopping {
-		if len(res.Heads) > 0 {
-			w.busy++
-			w.mu.Unlock()
-			w.releaseHeads(res.Session, res.Heads)
-		} else {
-			w.mu.Unlock()
+		var release []redisstore.ClaimNextResult
+		for _, c := range claims {
+			if len(c.Heads) > 0 {
+				w.busy++
+				release = append(release, c)
+			}
+		}
+		w.mu.Unlock()
+		for _, c := range release {
+			w.releaseHeads(c.Session, c.Heads)
 		}
 	} else {
-		w.free -= len(res.Heads)
-		t := new(turn) // the session's turn: this claim's heads share it
-		for _, h := range res.Heads {
-			w.admitLocked(res.Session, h, leaseFrom, t)
+		for _, c := range claims {
+			w.free -= len(c.Heads)
+			t := new(turn) // the session's turn: this claim's heads share it
+			for _, h := range c.Heads {
+				w.admitLocked(c.Session, h, leaseFrom, t)
+			}
 		}
 		w.mu.Unlock()
 	}
-	for _, h := range res.DeadLettered {
-		w.report(ctx, Outcome{Head: h, Kind: OutcomeDeadLettered, Failures: h.Failures})
+	for _, c := range claims {
+		for _, h := range c.DeadLettered {
+			w.report(ctx, Outcome{Head: h, Kind: OutcomeDeadLettered, Failures: h.Failures})
+		}
 	}
-	return i >= 0
+	return last >= 0
 }

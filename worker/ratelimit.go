@@ -139,7 +139,7 @@ func (w *Worker) claimRated(ctx context.Context, woken bool) (claimed bool, retr
 		}
 		if res.Outcome != redisstore.Claimed || len(res.Heads) == 0 {
 			if res.Outcome == redisstore.Claimed {
-				w.admitClaim(ctx, res, leaseFrom, nil, limit) // dead letters only
+				w.admitClaim(ctx, res, leaseFrom, nil, 1) // dead letters only
 			}
 			// No work: the starts go back for other processes.
 			w.giveBackStarts(ctx, c, rs)
@@ -156,7 +156,7 @@ func (w *Worker) claimRated(ctx context.Context, woken bool) (claimed bool, retr
 			continue
 		}
 		rs.tokens -= len(res.Heads)
-		w.admitClaim(ctx, res, leaseFrom, nil, limit)
+		w.admitClaim(ctx, res, leaseFrom, nil, 1)
 		claimed = true
 	}
 	return claimed, retryAt
