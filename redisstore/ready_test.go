@@ -605,3 +605,51 @@ func TestReadyUpdatesShareCallsPerShard(t *testing.T) {
 	}
 	assert.Equal(t, n+1, listed, "every session listed (and warm)")
 }
+
+// A session retired from the ready index while it gets new work: its
+// completion (which leaves it settled) commits first, and its ready-index
+// update is held back (behind a call of the store's line kept under way)
+// until another process's append gave the session a new event and listed
+// it; the late settle update is then refused by its older version. The
+// session stays listed and its new head is claimed: nothing lost. Every
+// target.
+func TestRetireRacingAnAppendLosesNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		one := []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}
+		const session = "retiring"
+		_, err := e.store.Append(e.ctx, session, one, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		cl, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Hour})
+		require.NoError(t, err)
+		require.Len(t, cl.Heads, 1)
+
+		shard := keys.ReadyShard(session, e.store.ReadyShards())
+		release := redisstore.HoldReadyLine(e.store, shard)
+		completed := make(chan error, 1)
+		go func() {
+			_, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: []redisstore.Attempt{redisstore.AttemptOf(cl.Heads[0])}})
+			completed <- err
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for redisstore.ReadyLineWaiting(e.store, shard) < 1 {
+			require.True(t, time.Now().Before(deadline), "the completion's update never queued")
+			time.Sleep(time.Millisecond)
+		}
+		// The completion committed (settled) and its update waits: another
+		// process appends and lists the session.
+		other, err := redisstore.New(e.ctx, e.client, redisstore.Config{Prefix: e.prefix, Clock: e.clock.Now})
+		require.NoError(t, err)
+		res, err := other.Append(e.ctx, session, one, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		require.True(t, e.ready(session).Due, "listed by the append")
+		release()
+		require.NoError(t, <-completed)
+		require.True(t, e.ready(session).Due, "still listed after the late settle update")
+
+		next, err := e.store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Hour, AllShards: true})
+		require.NoError(t, err)
+		require.Equal(t, session, next.Session)
+		require.Len(t, next.Heads, 1)
+		require.Equal(t, res.Events[0].Index, next.Heads[0].Index, "the new event's head claimed")
+	})
+}
