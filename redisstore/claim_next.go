@@ -31,8 +31,9 @@ type ClaimNextRequest struct {
 	// MaxFailures, when positive, dead-letters a head whose lapsed claim is
 	// taken over once its failures reach it, without running it.
 	MaxFailures int
-	// Limit is the most heads the call claims (from one session). Default
-	// Config.ClaimLimit; at most Config.MaxBatch.
+	// Limit is the most heads the call claims (from one session, or
+	// shared among several with Spread). Default Config.ClaimLimit; at
+	// most Config.MaxBatch.
 	Limit int
 	// Exclude names heads not to claim (e.g. ones this worker still runs):
 	// at most Config.MaxBatch.

@@ -20,7 +20,8 @@ import (
 // (admitLocked), which starts the executor on it.
 //
 // Fairness is round robin across ready sessions: a claim takes heads of
-// one session, at most the free slots; a session that may have more after
+// up to spread sessions (claimSpread), the free slots shared among them; a
+// session that may have more after
 // its claim goes behind every session already waiting, and while the ready
 // index may list due work besides the woken sessions, claims alternate
 // between the two (the index rotates the sessions it lists by itself:
