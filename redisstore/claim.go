@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -136,12 +137,9 @@ func (s *Store) claimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 	if req.Through < 0 {
 		return ClaimResult{}, check.Invalid("Through", "is negative (%d)", req.Through)
 	}
-	limit := req.Limit
-	if limit == 0 {
-		limit = s.cfg.ClaimLimit
-	}
-	if limit < 0 || limit > s.cfg.MaxBatch {
-		return ClaimResult{}, check.Invalid("Limit", "must be in [1, Config.MaxBatch (%d)] (got %d)", s.cfg.MaxBatch, limit)
+	limit, err := s.claimLimit(req.Limit)
+	if err != nil {
+		return ClaimResult{}, err
 	}
 	if err := check.Count("Exclude", "heads", len(req.Exclude), s.cfg.MaxBatch, "Config.MaxBatch"); err != nil {
 		return ClaimResult{}, err
@@ -197,6 +195,16 @@ func (s *Store) claimAvailable(ctx context.Context, req ClaimRequest) (ClaimResu
 		err = notReplicated
 	}
 	return r, err
+}
+
+// claimLimit returns a claim's limit: limit, or Config.ClaimLimit for 0;
+// ErrInvalidArgument outside [1, Config.MaxBatch].
+func (s *Store) claimLimit(limit int) (int, error) {
+	limit = cmp.Or(limit, s.cfg.ClaimLimit)
+	if limit < 0 || limit > s.cfg.MaxBatch {
+		return 0, check.Invalid("Limit", "must be in [1, Config.MaxBatch (%d)] (got %d)", s.cfg.MaxBatch, limit)
+	}
+	return limit, nil
 }
 
 // claimRun runs a claim: with `open` (nothing excluded, every or every

@@ -94,6 +94,17 @@ type ClaimNextResult struct {
 	NextAt time.Time
 }
 
+// Claims returns the claim of every session r claimed from: r's own
+// first (without More), then those of More; nil when nothing was claimed.
+func (r ClaimNextResult) Claims() []ClaimNextResult {
+	if r.Session == "" {
+		return nil
+	}
+	first := r
+	first.More = nil
+	return append([]ClaimNextResult{first}, r.More...)
+}
+
 // ClaimNext claims runnable heads from a session the ready index lists as
 // due, with ClaimAvailable's lease, fencing, MaxFailures and Limit rules.
 // It reads the earliest due sessions of at most 8 shards in one round trip
@@ -116,9 +127,9 @@ func (s *Store) ClaimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	}
 	ctx, end := o.Begin(ctx, Operation{Name: OpClaimNext})
 	res, err := s.claimNext(ctx, req)
-	count, dead := len(res.Heads), len(res.DeadLettered)
-	for _, m := range res.More {
-		count, dead = count+len(m.Heads), dead+len(m.DeadLettered)
+	count, dead := 0, 0
+	for _, c := range res.Claims() {
+		count, dead = count+len(c.Heads), dead+len(c.DeadLettered)
 	}
 	end(OperationEnd{Session: res.Session, Count: count, DeadLettered: dead, Err: err})
 	return res, err
@@ -240,9 +251,9 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	if req.Spread < 0 {
 		return ClaimNextResult{}, check.Invalid("Spread", "is negative (%d)", req.Spread)
 	}
-	limit := cmp.Or(req.Limit, s.cfg.ClaimLimit)
-	if limit < 0 || limit > s.cfg.MaxBatch {
-		return ClaimNextResult{}, check.Invalid("Limit", "must be in [1, Config.MaxBatch (%d)] (got %d)", s.cfg.MaxBatch, limit)
+	limit, err := s.claimLimit(req.Limit)
+	if err != nil {
+		return ClaimNextResult{}, err
 	}
 	spread := max(1, min(req.Spread, limit))
 	view := &s.view
@@ -273,51 +284,47 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	}
 	// A batch's claims, what each session gave: claimed (with, when not
 	// acknowledged in time, an a2redis.ErrNotReplicated error: its heads
-	// are held all the same), nothing (outcome), refused (passed over), or
-	// failed (failure: returned when no session of the batch gave work).
+	// are held all the same), nothing (outcome; batch returns these
+	// sessions), refused (passed over), or failed (failure: returned when
+	// no session of the batch gave work).
 	var (
-		claimed  []ClaimNextResult
-		unacked  error
-		failure  error
-		outcome  = Settled
-		fruitful = func() bool { return len(claimed) > 0 }
+		claimed []ClaimNextResult
+		unacked error
+		failure error
+		outcome = Settled
 	)
-	batch := func(sessions []string, gave func(session string, r ClaimResult, err error)) {
-		tries := claimBatch(sessions, limit, claim)
-		for _, t := range tries {
+	batch := func(sessions []string) (missed []string) {
+		for _, t := range claimBatch(sessions, limit, claim) {
 			if passOver(t.err) {
 				continue
 			}
-			err := unreplicatedNothing(t.r, t.err)
-			if err != nil && !errors.Is(err, a2redis.ErrNotReplicated) {
-				failure = cmp.Or(failure, err)
-			}
-			if gave != nil {
-				gave(t.session, t.r, err)
-			}
-			switch {
-			case err != nil && errors.Is(err, a2redis.ErrNotReplicated):
+			switch err := unreplicatedNothing(t.r, t.err); {
+			case errors.Is(err, a2redis.ErrNotReplicated):
 				unacked = cmp.Or(unacked, err)
 				claimed = append(claimed, ClaimNextResult{Session: t.session, ClaimResult: t.r, Share: t.share})
-			case err == nil && t.r.Outcome == Claimed:
+			case err != nil:
+				failure = cmp.Or(failure, err)
+			case t.r.Outcome == Claimed:
 				claimed = append(claimed, ClaimNextResult{Session: t.session, ClaimResult: t.r, Share: t.share})
-			case err == nil && t.r.Outcome == Busy:
-				outcome = Busy
+			default:
+				if t.r.Outcome == Busy {
+					outcome = Busy
+				}
+				missed = append(missed, t.session)
 			}
 		}
+		return missed
 	}
 	// done assembles what the batch claimed: the first session is the
 	// result's, the others are in More.
 	done := func() (ClaimNextResult, error) {
 		res := claimed[0]
-		if len(claimed) > 1 {
-			res.More = claimed[1:]
-		}
+		res.More = claimed[1:]
 		return res, unacked
 	}
 	for from := 0; from < len(req.Sessions); from += spread {
-		batch(req.Sessions[from:min(from+spread, len(req.Sessions))], nil)
-		if fruitful() {
+		batch(req.Sessions[from:min(from+spread, len(req.Sessions))])
+		if len(claimed) > 0 {
 			return done()
 		}
 		if failure != nil {
@@ -453,18 +460,12 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 		for _, cand := range due[from:min(from+spread, len(due))] {
 			names = append(names, cand.session)
 		}
-		var missed []string
-		batch(names, func(session string, r ClaimResult, err error) {
-			switch {
-			case err != nil && !errors.Is(err, a2redis.ErrNotReplicated):
-			case r.Outcome == Claimed || (err != nil && (r.Outcome == Claimed || len(r.DeadLettered) > 0)):
-				fate[session] = claimedIt
-			default:
-				fate[session] = failedIt
-				missed = append(missed, session)
-			}
-		})
+		missed := batch(names)
+		for _, c := range claimed {
+			fate[c.Session] = claimedIt
+		}
 		for _, session := range missed {
+			fate[session] = failedIt
 			if skipping {
 				s.skips.add(scope, session, at[session])
 				fate[session] = skippedIt
@@ -473,7 +474,7 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 				failure = cmp.Or(failure, err)
 			}
 		}
-		if fruitful() {
+		if len(claimed) > 0 {
 			learn()
 			res, err := done()
 			res.OthersDue = othersDue(claimed)

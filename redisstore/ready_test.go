@@ -562,12 +562,9 @@ func TestClaimServingOneConsumerBehindManyOthers(t *testing.T) {
 // listed. Each append returned only once its own update was applied.
 func TestReadyUpdatesShareCallsPerShard(t *testing.T) {
 	t.Parallel()
-	addr, _ := redistest.Spawn(t)
+	client := privateServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client, err := redisstore.Dial(ctx, "redis://"+addr)
-	require.NoError(t, err)
-	defer client.Close()
 	s, err := redisstore.New(ctx, client, redisstore.Config{Prefix: redistest.Prefix(t), ReadyShards: 1})
 	require.NoError(t, err)
 	one := []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}

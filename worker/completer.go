@@ -132,13 +132,19 @@ func (w *Worker) flushed(session string) {
 func (w *Worker) flush(session string, jobs []*job, stopping bool) {
 	slots := 0
 	var yielded, kept []*job
+	var turns map[string]*turn // the kept slots' turns, by laneKey
 	for _, j := range jobs {
-		if j.keepSlot {
+		switch {
+		case j.keepSlot:
 			slots++
-		}
-		if j.head.Lane != "" && !j.keepSlot {
+			if turns == nil {
+				turns = map[string]*turn{}
+			}
+			turns[laneKey(j.head.Consumer, j.head.Lane)] = j.turn
+			kept = append(kept, j)
+		case j.head.Lane != "":
 			yielded = append(yielded, j)
-		} else {
+		default:
 			kept = append(kept, j)
 		}
 	}
@@ -146,41 +152,24 @@ func (w *Worker) flush(session string, jobs []*job, stopping bool) {
 		w.settleBatch(yielded, w.completeBatch(session, yielded))
 		jobs = kept
 	}
-	attempts := make([]redisstore.Attempt, len(jobs))
-	var turns map[string]*turn
-	for i, j := range jobs {
-		attempts[i] = redisstore.AttemptOf(j.head)
-		if j.keepSlot {
-			if turns == nil {
-				turns = map[string]*turn{}
-			}
-			turns[laneKey(j.head.Consumer, j.head.Lane)] = j.turn
-		}
-	}
-	req := redisstore.CompleteAttemptsRequest{Session: session, Attempts: attempts, Consumers: w.served}
 	leaseFrom := time.Now()
-	var results []redisstore.CompleteResult
+	var r batchResult
 	var next redisstore.ClaimResult
-	var err error
 	if slots > 0 && !stopping {
-		var r redisstore.CompleteAndClaimResult
-		r, err = w.store.CompleteAndClaim(w.wctx, req, redisstore.NextClaim{Holder: w.cfg.ID, TTL: w.cfg.TTL})
-		results, next = r.Results, r.Next
+		cc, err := w.store.CompleteAndClaim(w.wctx, w.completeRequest(session, jobs), redisstore.NextClaim{Holder: w.cfg.ID, TTL: w.cfg.TTL})
+		r, next = w.batchDone(jobs, cc.Results, err), cc.Next
 	} else {
-		results, err = w.store.CompleteAttempts(w.wctx, req)
-	}
-	if w.heldDespite(w.wctx, err, len(results) == len(jobs)) {
-		err = nil
+		r = w.completeBatch(session, jobs)
 	}
 	w.mu.Lock()
 	var heads []a2redis.HeadEvent
-	if err == nil && next.Outcome == redisstore.Claimed {
+	if r.err == nil && next.Outcome == redisstore.Claimed {
 		heads = next.Heads
 	}
 	w.admitNextLocked(session, heads, slots, turns, leaseFrom)
 	w.flushed(session)
 	w.mu.Unlock()
-	w.settleBatch(jobs, batchResult{results: results, err: err})
+	w.settleBatch(jobs, r)
 }
 
 // batchResult is what a batched completion call returned.
@@ -189,18 +178,31 @@ type batchResult struct {
 	err     error
 }
 
-// completeBatch completes jobs in one CompleteAttempts call (claiming
-// nothing).
-func (w *Worker) completeBatch(session string, jobs []*job) batchResult {
+// completeRequest is the CompleteAttempts request of jobs, heads of
+// session.
+func (w *Worker) completeRequest(session string, jobs []*job) redisstore.CompleteAttemptsRequest {
 	attempts := make([]redisstore.Attempt, len(jobs))
 	for i, j := range jobs {
 		attempts[i] = redisstore.AttemptOf(j.head)
 	}
-	results, err := w.store.CompleteAttempts(w.wctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: attempts, Consumers: w.served})
+	return redisstore.CompleteAttemptsRequest{Session: session, Attempts: attempts, Consumers: w.served}
+}
+
+// batchDone is what a batched completion of jobs returned: a completion
+// recorded but not acknowledged by the replicas in time stands (the error
+// is reported, not returned).
+func (w *Worker) batchDone(jobs []*job, results []redisstore.CompleteResult, err error) batchResult {
 	if w.heldDespite(w.wctx, err, len(results) == len(jobs)) {
 		err = nil
 	}
 	return batchResult{results: results, err: err}
+}
+
+// completeBatch completes jobs in one CompleteAttempts call (claiming
+// nothing).
+func (w *Worker) completeBatch(session string, jobs []*job) batchResult {
+	results, err := w.store.CompleteAttempts(w.wctx, w.completeRequest(session, jobs))
+	return w.batchDone(jobs, results, err)
 }
 
 // settleBatch reports each job of a batched completion.

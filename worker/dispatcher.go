@@ -336,13 +336,10 @@ func (w *Worker) dispatch(ctx context.Context) {
 		if len(w.rated) > 0 {
 			claimedRated, rateAt = w.claimRated(ctx, dirty || woken > 0)
 		}
+		used := max(1, min(limit, spread)) // the spread of this claim
 		var sessions []string
 		if limit > 0 && !(dirty && indexTurn) {
-			sessions = w.inbox.take(max(wokenPerClaim, min(limit, spread)))
-		}
-		used := 1 // the spread of this claim
-		if limit > 0 {
-			used = min(limit, spread)
+			sessions = w.inbox.take(max(wokenPerClaim, used))
 		}
 		indexTurn = false
 		if limit > 0 && (dirty || len(sessions) > 0) {
@@ -466,15 +463,21 @@ func (w *Worker) scopeLocked() (served []a2redis.Consumer, limit int, narrowed b
 	return served, limit, len(open) < len(w.order)
 }
 
+// tookShare reports whether a session's claim took its whole share of the
+// limit (claimed and dead-lettered): the session may have more.
+func tookShare(c redisstore.ClaimNextResult) bool {
+	return len(c.Heads)+len(c.DeadLettered) >= c.Share
+}
+
 // adaptSpread returns the spread of the next claim after res, a claim
 // made with spread (see claimSpread): doubled when every session gave
 // less than its share, halved when the claim went to as many sessions as
 // it could and every one gave its whole share.
 func adaptSpread(current, spread int, res redisstore.ClaimNextResult) int {
-	claims := append([]redisstore.ClaimNextResult{res}, res.More...)
+	claims := res.Claims()
 	full := 0
 	for _, c := range claims {
-		if len(c.Heads)+len(c.DeadLettered) >= c.Share {
+		if tookShare(c) {
 			full++
 		}
 	}
@@ -492,15 +495,14 @@ func adaptSpread(current, spread int, res redisstore.ClaimNextResult) int {
 // wake-up named (not from reading the index). sessions are the woken
 // sessions the call named, tried spread at a time.
 func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult, leaseFrom time.Time, sessions []string, spread int) bool {
-	claims := append([]redisstore.ClaimNextResult{res}, res.More...)
+	claims := res.Claims()
 	last := -1
 	var again []string
 	for _, c := range claims {
 		if i := slices.Index(sessions, c.Session); i >= 0 {
 			last = max(last, i)
-			// A claim that took its whole share may have left more: the
-			// session waits behind every other.
-			if len(c.Heads)+len(c.DeadLettered) >= c.Share {
+			// It may have left more: the session waits behind every other.
+			if tookShare(c) {
 				again = append(again, c.Session)
 			}
 		}
@@ -508,7 +510,7 @@ func (w *Worker) admitClaim(ctx context.Context, res redisstore.ClaimNextResult,
 	if last >= 0 {
 		// ClaimNext stopped at the batch that gave work: the later named
 		// sessions were not tried and keep their turn.
-		tried := min(len(sessions), (last/max(spread, 1)+1)*max(spread, 1))
+		tried := min(len(sessions), (last/spread+1)*spread)
 		w.inbox.putBack(sessions[tried:], again)
 	}
 	w.mu.Lock()

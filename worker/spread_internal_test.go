@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,8 +16,8 @@ import (
 func TestAdaptSpread(t *testing.T) {
 	gave := func(shares ...[2]int) redisstore.ClaimNextResult {
 		var claims []redisstore.ClaimNextResult
-		for _, s := range shares {
-			c := redisstore.ClaimNextResult{Share: s[0]}
+		for i, s := range shares {
+			c := redisstore.ClaimNextResult{Session: fmt.Sprint("s", i), Share: s[0]}
 			c.Outcome = redisstore.Claimed
 			c.Heads = make([]a2redis.HeadEvent, s[1])
 			claims = append(claims, c)
