@@ -43,6 +43,10 @@
 //	                                 while free to claim; HeldOffset + when the
 //	                                 claim lapses or the retry hold ends while
 //	                                 held; -index while dead-lettered
+//	skip                 string      JSON {consumer: score}: scan marks, no
+//	                                 free head of the consumer scores below
+//	                                 its mark (only in sessions a claim serving
+//	                                 some consumers walked far)
 //	live                 string      number of live (not dead-lettered) heads
 //	flight               hash        consumer → heads in flight (claimed,
 //	                                 unfinished); exists only while some are

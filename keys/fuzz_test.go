@@ -33,7 +33,7 @@ var trickyStrings = []string{
 }
 
 // keyKinds is the number of key/channel kinds keyOf knows.
-const keyKinds = 22
+const keyKinds = 23
 
 // keyOf builds key kind k of session s. It also returns the part of
 // (arg, n) that the key actually depends on, so that callers can compare
@@ -82,6 +82,8 @@ func keyOf(s Session, k uint8, arg string, n int64) (key string, input string) {
 		return s.Listed(), "listed"
 	case 20:
 		return s.Flight(), "flight"
+	case 21:
+		return s.Skip(), "skip"
 
 	default:
 		return s.PresenceChannel(), "presencechannel"

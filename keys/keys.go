@@ -158,6 +158,18 @@ func (s Session) Cursors() string { return s.base + "cursors" }
 // while it is dead-lettered.
 func (s Session) Runnable() string { return s.base + "runnable" }
 
+// Skip is the string key of the session's scan marks, a JSON object
+// consumer → score: the consumer has no head free to claim scored below its
+// mark. A claim serving some consumers starts its walk of the free heads at
+// the lowest mark among them instead of the first free head, so the free
+// heads of consumers it does not serve that lie below are not walked again
+// (a claim records a mark once its walk passed many heads, and raises it as
+// it walks on). Every write that frees a head below its consumer's mark
+// lowers the mark (appends add heads above every mark); a consumer without
+// a mark is walked from the first free head. The key exists only in a
+// session such walks crossed.
+func (s Session) Skip() string { return s.base + "skip" }
+
 // HeldOffset marks held heads in the runnable set: a scan of the scores
 // 1 … HeldOffset-1 finds exactly the heads free to claim, and the held ones
 // sort by when they free up.

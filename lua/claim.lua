@@ -139,7 +139,29 @@ if resume then
   if not score then return redis.error_reply('ERR claim: bad scan position ' .. resume) end
   scan_min, scan_skip = tonumber(score), tonumber(skip)
 end
-local candidates, scanned, cut = {}, 0, false
+-- Scan marks (keys.Session.Skip): a claim serving some consumers starts
+-- its walk at the lowest mark among them (no free head of a consumer
+-- scores below its mark), so the free heads of others that lie below are
+-- not walked again. It tracks where each served consumer's first free head
+-- lies and raises their marks as it walks on.
+local track = not served_all
+local marks, raise_from = nil, nil
+if track then
+  marks = skip_marks(skip_value) or {}
+  local start = nil
+  for name in pairs(served) do
+    local m = marks[name] or 1
+    if not start or m < start then start = m end
+  end
+  if start and start > scan_min then scan_min, scan_skip = start, 0 end
+  -- This call sees in full what scores from scan_min on (the entries of
+  -- scan_min skipped were seen by an earlier call, which may have met a
+  -- served head among them): a mark rises only when this call saw
+  -- everything from it on.
+  if scan_skip == 0 then raise_from = scan_min end
+end
+local first_free = {}
+local candidates, scanned, cut, exhausted = {}, 0, false, false
 -- Whether a served consumer may still take a free head: one without a
 -- per-session limit, or with room left. When none may, the free heads are
 -- not scanned (a limited consumer's backlog would only be waded through).
@@ -152,14 +174,23 @@ local function free_room()
 end
 while #candidates < limit and free_room() do
   if scanned >= SCAN_CAP then
+    -- A walk that tracks marks goes on from the start of a score when
+    -- the heads of that score seen are few (the next call reads them
+    -- again, so it sees in full what it walks and may raise marks).
+    if track and scan_skip < SCAN_CAP / 2 then scan_skip = 0 end
     cut = int(scan_min) .. ':' .. int(scan_skip)
     break
   end
   local page = redis.call('ZRANGEBYSCORE', READY, scan_min, through, 'WITHSCORES', 'LIMIT', scan_skip, page_size)
   for i = 1, #page, 2 do
     local score = tonumber(page[i + 1])
-    local candidate = free_candidate(page[i], score)
-    if candidate then candidates[#candidates + 1] = candidate end
+    -- (A head of a consumer not served is passed after one parse.)
+    local consumer = track and parse_cid(page[i])
+    if not track or served[consumer] then
+      if track and not first_free[consumer] then first_free[consumer] = score end
+      local candidate = free_candidate(page[i], score)
+      if candidate then candidates[#candidates + 1] = candidate end
+    end
     if score == scan_min then
       scan_skip = scan_skip + 1
     else
@@ -167,7 +198,31 @@ while #candidates < limit and free_room() do
     end
   end
   scanned = scanned + #page / 2
-  if #page < page_size * 2 then break end
+  if #page < page_size * 2 then
+    exhausted = true
+    break
+  end
+end
+-- The served consumers' marks after the walk: a consumer's first free head
+-- seen, else how far the walk saw every head (all of them up to `through`
+-- when it ran out). Recorded once the walk passed SKIP_AFTER heads, and
+-- kept up to date wherever a mark exists. A free head found below a mark
+-- lowers it (a write that freed it without lowering would be a bug; the
+-- walk mends it).
+if raise_from then
+  local reach = exhausted and through + 1 or scan_min
+  local changed = false
+  for name in pairs(served) do
+    local old = marks[name] or 1
+    local found = first_free[name]
+    if found and found < old then
+      marks[name], changed = found, true
+    elseif old >= raise_from and (scanned >= SKIP_AFTER or marks[name]) then
+      local new = found or reach
+      if new > old then marks[name], changed = new, true end
+    end
+  end
+  if changed then skip_value, skip_dirty = cjson.encode(marks), true end
 end
 -- The heads of held cursors: an event cursor names its head; a lane or
 -- log cursor's head is in its record. One HMGET for a page of them.
@@ -240,8 +295,15 @@ local function busy_or_settled()
     offset = offset + page_size
   end
 end
-if #candidates == 0 and cut then return { 'scan', cut } end
-if #candidates == 0 then return busy_or_settled() end
+if #candidates == 0 and cut then
+  skip_save()
+  return { 'scan', cut }
+end
+if #candidates == 0 then
+  local reply = busy_or_settled()
+  skip_save()
+  return reply
+end
 
 table.sort(candidates, function(a, b)
   if a[1] ~= b[1] then return a[1] < b[1] end
@@ -292,7 +354,11 @@ for position, candidate in ipairs(candidates) do
     end
   end
 end
-if #taken == 0 then return busy_or_settled() end
+if #taken == 0 then
+  local reply = busy_or_settled()
+  skip_save()
+  return reply
+end
 
 -- A takeover runs alone: a claim that takes over a lapsed head (its holder
 -- still named: the attempt never finished) takes only that head, the

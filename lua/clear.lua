@@ -46,6 +46,6 @@ redis.call('XADD', LOG, idx .. '-0',
   'id', ARGV[7], 'type', CLEAR_TYPE, 'payload', 'null',
   'created_at', ARGV[1], 'cause', '')
 -- Nothing of the old lifetime is runnable or in flight any more.
-redis.call('UNLINK', READY, LIVE, FLIGHT)
+redis.call('UNLINK', READY, LIVE, FLIGHT, SKIP)
 redis.call('MSET', id_key(ARGV[7]), idx, COUNTER, idx, CLEAR, idx)
 return { 'ok', '1', idx, idx, '1', ready_mark(SESSION, tonumber(ARGV[1]), false, listed_value, false, false, nil, nil, 'gone') }

@@ -27,7 +27,7 @@
 -- heads; empty when no cursor moved on; a lone one also carries its
 -- stream entry as a fourth element); or { 'general' }.
 --@inline flat_session
-local bounds = redis.call('MGET', counter, session .. KEY_CLEAR, session .. KEY_LIVE, session .. KEY_LISTED)
+local bounds = redis.call('MGET', counter, session .. KEY_CLEAR, session .. KEY_LIVE, session .. KEY_LISTED, session .. KEY_SKIP)
 --@inline flat_bounds
 local live = tonumber(bounds[3] or '0')
 local now, k = ARGV[1], tonumber(ARGV[3])
@@ -231,6 +231,10 @@ if claimed and #moved > 0 then
 end
 sliced('HSET', session .. KEY_CURSORS, records)
 sliced('ZADD', session .. KEY_RUNNABLE, moved)
+-- A cursor moved on to a free head below its consumer's scan mark lowers
+-- the mark (keys.Session.Skip; heads claimed on are held, not free).
+local skip_text = skip_lowered(bounds[5], moved)
+if skip_text then redis.call('SET', session .. KEY_SKIP, skip_text) end
 sliced('ZREM', session .. KEY_RUNNABLE, removed)
 if idle > 0 then redis.call('SET', session .. KEY_LIVE, int(live - idle)) end
 -- Heads in flight per consumer (keys.Session.Flight): each completion

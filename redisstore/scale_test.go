@@ -286,6 +286,8 @@ func TestScale(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, r.Heads, 16)
 	})
+	// The next claim serving it starts where the first one's walk found
+	// the lane consumer's heads (keys.Session.Skip): it walks nothing.
 	report("ClaimNext, lane consumer", "claim", func() {
 		r, err := store.ClaimNext(ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Minute, Consumers: lane, Limit: 16})
 		require.NoError(t, err)

@@ -64,6 +64,12 @@ const (
 	// it does not serve, lapsed claims) before it stops and replies how far
 	// it got; it reads up to max(ClaimScan, 4 × its limit).
 	ClaimScan = 1024
+	// SkipAfter is how many free heads a claim serving some consumers walks
+	// before it records where each served consumer's free heads begin
+	// (keys.Session.Skip): the next claims start there. A walk shorter than
+	// this leaves no mark (a small session keeps no skip key); a mark once
+	// recorded is kept up to date by every claim that walks past it.
+	SkipAfter = 256
 	// SweepBudget is about how many entries, fields or keys one reclaim
 	// call's sweep of a past lifetime handles (lua/include/sweep.lua); a
 	// big session sweeps over many calls, each well under 20 ms.

@@ -13,6 +13,7 @@ local LOG, CLEAR, LIVE = SESSION .. KEY_LOG, SESSION .. KEY_CLEAR, SESSION .. KE
 local READY, CURSORS = SESSION .. KEY_RUNNABLE, SESSION .. KEY_CURSORS
 local PINS, TYPED = SESSION .. KEY_PINS, SESSION .. KEY_TYPED
 local FLIGHT = SESSION .. KEY_FLIGHT
+local SKIP = SESSION .. KEY_SKIP
 
 -- Bounds, filled by read_bounds: the session head, the latest clear marker,
 -- the number of live (runnable, not dead-lettered) heads, and the typed-type
@@ -22,6 +23,10 @@ local total, boundary, live = 0, 0, 0
 -- The listed key's value as read_bounds read it (false: none; nil: not
 -- read), for ready_mark.
 local listed_value = nil
+-- The scan marks' text (keys.Session.Skip) as read (false: none; nil: not
+-- read), and whether this script changed them (commit or skip_save writes
+-- them).
+local skip_value, skip_dirty = nil, false
 local typed, typed_dirty, live_dirty = {}, false, false
 
 local function id_key(id) return SESSION .. KEY_ID .. id end
@@ -54,7 +59,7 @@ end
 -- count, and the owners of `ids`. Returns, per id, the index it names in the
 -- current lifetime, or false (an id recorded below the clear is free again).
 local function read_bounds(ids)
-  local keys, blocks = { COUNTER, CLEAR, TYPED, LIVE, SESSION .. KEY_LISTED }, {}
+  local keys, blocks = { COUNTER, CLEAR, TYPED, LIVE, SESSION .. KEY_LISTED, SKIP }, {}
   for i, id in ipairs(ids or {}) do
     keys[#keys + 1] = id_key(id)
     local nonce, p = block_of(id)
@@ -75,7 +80,8 @@ local function read_bounds(ids)
   end
   live = tonumber(values[4] or '0')
   listed_value = values[5] or false
-  local owners, at = {}, 6
+  skip_value = values[6] or false
+  local owners, at = {}, 7
   for i = 1, #(ids or {}) do
     local owner = values[at]
     local block = blocks[i]
@@ -329,7 +335,31 @@ local function flush_scores(key, changes, order)
   sliced('ZREM', key, removes)
 end
 
+-- Writes the scan marks when this script changed them.
+local function skip_save()
+  if skip_dirty then
+    redis.call('SET', SKIP, skip_value)
+    skip_dirty = false
+  end
+end
+
 local function commit()
+  -- A head freed below its consumer's scan mark lowers the mark (read
+  -- first: every read comes before the first write).
+  local frees = nil
+  for _, member in ipairs(ready_order) do
+    local score = ready_changes[member]
+    if score and score > 0 and score < HELD then
+      frees = frees or {}
+      frees[#frees + 1] = score
+      frees[#frees + 1] = member
+    end
+  end
+  if frees then
+    if skip_value == nil then skip_value = redis.call('GET', SKIP) end
+    local lowered = skip_lowered(skip_value, frees)
+    if lowered then skip_value, skip_dirty = lowered, true end
+  end
   if live_dirty then mark(LIVE, int(live)) end
   if typed_dirty then mark(TYPED, cjson.encode(typed)) end
   sliced('MSET', nil, strings)
@@ -362,6 +392,7 @@ local function commit()
   end
   if #ready_order > 0 then ready_touched = true end
   flush_scores(READY, ready_changes, ready_order)
+  skip_save()
   flight_changes, flight_order = {}, {}
   strings, hsets, hset_order, hdels, hdel_order, pin_releases = {}, {}, {}, {}, {}, {}
   ready_changes, ready_order, live_dirty, typed_dirty = {}, {}, false, false

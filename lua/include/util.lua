@@ -147,6 +147,40 @@ local function dead_state(session, now, since_was)
   return int(n) .. ',' .. int(since_was or now) .. ',' .. (#members < n and '0' or '1') .. ',' .. table.concat(names)
 end
 
+-- Scan marks (keys.Session.Skip): a JSON object consumer → score, the
+-- consumer having no free head scored below its mark. skip_lowered takes
+-- the marks' text (false or nil for none) and `adds`, runnable-set changes
+-- as ZADD takes them (score, member, ...), and lowers the mark of each
+-- consumer that gets a free head below it to that head's index. Returns
+-- the new text, or nil when no mark changed. Appends need not call it:
+-- their heads are at a new index, above every mark.
+-- Marks that do not decode count as none (a claim that walks writes new
+-- ones): reading them never fails a script.
+local function skip_marks(value)
+  if not value then return nil end
+  local ok, marks = pcall(cjson.decode, value)
+  if ok and type(marks) == 'table' then return marks end
+  return nil
+end
+local function skip_lowered(value, adds)
+  local marks, changed = skip_marks(value), false
+  if not marks then return nil end
+  for i = 1, #adds, 2 do
+    local score = tonumber(adds[i])
+    if score > 0 and score < HELD then
+      local cid = adds[i + 1]
+      --@inline cid_consumer
+      local floor = marks[consumer]
+      if floor and score < floor then
+        marks[consumer] = score
+        changed = true
+      end
+    end
+  end
+  if changed then return cjson.encode(marks) end
+  return nil
+end
+
 -- Set by ready_sync: its mark states the dead-letter state whatever it is
 -- (':0' for none), so a shard that holds a stale entry drops it.
 local dead_explicit = false
