@@ -33,6 +33,11 @@ var (
 	// name. Typed as *redisstore.ConsumerMismatchError. Nothing was written.
 	ErrConsumerMismatch = errors.New("a2redis: consumer declared unlike the registry")
 
+	// ErrTrimmed: a read asked for events the session's log no longer
+	// holds: they were trimmed (redisstore.Store.Trim). Bounds say where
+	// the retained log starts.
+	ErrTrimmed = errors.New("a2redis: events trimmed from the log")
+
 	// ErrRangeGap: a read found the log not contiguous where it must be.
 	ErrRangeGap = errors.New("a2redis: gap in the event log")
 

@@ -218,7 +218,7 @@ func New(cfg Config) (*Instrumentation, error) {
 	errs = append(errs, err)
 	i.retentionSets = map[string]metric.MeasurementOption{}
 	i.system = metric.WithAttributeSet(attribute.NewSet(keySystem.String(System)))
-	for _, result := range []string{"scanned", "ended", "dropped", "changed", "skipped"} {
+	for _, result := range []string{"scanned", "ended", "dropped", "trimmed", "changed", "skipped"} {
 		i.retentionSets[result] = metric.WithAttributeSet(attribute.NewSet(keySystem.String(System), KeyRetention.String(result)))
 	}
 	i.readySessions, err = m.Int64ObservableGauge("a2redis.ready.sessions", metric.WithDescription("Sessions the ready index lists, by shard and state (due: claimable now; held: once a claim or retry hold ends)."), metric.WithUnit("{session}"))
@@ -452,13 +452,13 @@ func (i *Instrumentation) OnOutcome(ctx context.Context, o worker.Outcome) {
 }
 
 // OnRetention counts a retention pass (a2redis.retention.passes) and the
-// sessions it scanned, ended, dropped, found changed and skipped
+// sessions it scanned, ended, dropped, trimmed, found changed and skipped
 // (a2redis.retention.sessions, by a2redis.retention.result): set it as
 // worker.Hooks.OnRetention. A pass that ends or drops nothing for hours
 // while sessions pile up, or one that keeps skipping, shows here.
 func (i *Instrumentation) OnRetention(ctx context.Context, r redisstore.RetentionResult) {
 	i.retentionPasses.Add(ctx, 1, i.system)
-	for result, n := range map[string]int{"scanned": r.Scanned, "ended": r.Ended, "dropped": r.Dropped, "changed": r.Changed, "skipped": r.Skipped} {
+	for result, n := range map[string]int{"scanned": r.Scanned, "ended": r.Ended, "dropped": r.Dropped, "trimmed": len(r.Trimmed), "changed": r.Changed, "skipped": r.Skipped} {
 		// Zeros too: every series exists from the first pass on, so a
 		// rate over it is defined.
 		i.retentionSessions.Add(ctx, int64(n), i.retentionSets[result])

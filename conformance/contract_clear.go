@@ -233,7 +233,7 @@ func (e *env) checkLifetimeKeys(session string) {
 		ids[ev.ID] = true
 	}
 	singles := map[string]bool{}
-	for _, key := range []string{k.Count(), k.Clear(), k.Log(), k.Cursors(), k.Runnable(), k.Typed(), k.Pins(), k.SnapReducers(), k.Presence(), k.Live(), k.Flight(), k.Skip(), k.Listed(), k.Sweep()} {
+	for _, key := range []string{k.Count(), k.Clear(), k.Log(), k.Cursors(), k.Runnable(), k.Typed(), k.Pins(), k.SnapReducers(), k.Presence(), k.Live(), k.Flight(), k.Skip(), k.Floor(), k.Listed(), k.Sweep()} {
 		singles[key] = true
 	}
 	below := "(" + itoa(b.ClearIndex)

@@ -43,6 +43,9 @@
 //	                                 while free to claim; HeldOffset + when the
 //	                                 claim lapses or the retry hold ends while
 //	                                 held; -index while dead-lettered
+//	floor                string      the highest index trimmed: the retained
+//	                                 log starts after it (only in a session
+//	                                 that was trimmed)
 //	skip                 string      JSON {consumer: score}: scan marks, no
 //	                                 free head of the consumer scores below
 //	                                 its mark (only in sessions a claim serving

@@ -33,7 +33,7 @@ var trickyStrings = []string{
 }
 
 // keyKinds is the number of key/channel kinds keyOf knows.
-const keyKinds = 23
+const keyKinds = 24
 
 // keyOf builds key kind k of session s. It also returns the part of
 // (arg, n) that the key actually depends on, so that callers can compare
@@ -84,6 +84,8 @@ func keyOf(s Session, k uint8, arg string, n int64) (key string, input string) {
 		return s.Flight(), "flight"
 	case 21:
 		return s.Skip(), "skip"
+	case 22:
+		return s.Floor(), "floor"
 
 	default:
 		return s.PresenceChannel(), "presencechannel"

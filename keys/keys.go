@@ -158,6 +158,11 @@ func (s Session) Cursors() string { return s.base + "cursors" }
 // while it is dead-lettered.
 func (s Session) Runnable() string { return s.base + "runnable" }
 
+// Floor is the string key holding the highest index trimmed from the
+// session's log (Store.Trim): the retained log starts right after it. It
+// exists only in a session that was trimmed.
+func (s Session) Floor() string { return s.base + "floor" }
+
 // Skip is the string key of the session's scan marks, a JSON object
 // consumer → score: the consumer has no head free to claim scored below its
 // mark. A claim serving some consumers starts its walk of the free heads at

@@ -45,7 +45,7 @@ if #taken > 0 then
 end
 local version = string.match(values[3] or '', '^(%d+):') or '0'
 -- UNLINK frees a big value (a cursors or presence hash) off the main thread.
-redis.call('UNLINK', COUNTER, CLEAR, LOG, LIVE, FLIGHT, SKIP, READY, CURSORS, PINS, TYPED, reducers,
+redis.call('UNLINK', COUNTER, CLEAR, LOG, LIVE, FLIGHT, SKIP, SESSION .. KEY_FLOOR, READY, CURSORS, PINS, TYPED, reducers,
   SESSION .. KEY_LISTED, SESSION .. KEY_SWEEP, SESSION .. KEY_SWEEP_DROP, SESSION .. KEY_PRESENCE,
   SESSION .. KEY_FOLLOWED, SESSION .. KEY_HEADS .. '0')
 return { 'done', version }

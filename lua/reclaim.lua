@@ -22,7 +22,7 @@ local page = tonumber(ARGV[1])
 local entries = redis.call('XRANGE', LOG, '-', int(boundary - 1) .. '-0', 'COUNT', page)
 local removed = 0
 if #entries > 0 then
-  local ids, indexes, stream_ids = {}, {}, {}
+  local ids, indexes, stream_ids, blocks = {}, {}, {}, {}
   for _, entry in ipairs(entries) do
     local fields = entry[2]
     for i = 1, #fields, 2 do
@@ -30,11 +30,14 @@ if #entries > 0 then
         local id = fields[i + 1]
         ids[#ids + 1] = id_key(id)
         indexes[#ids] = entry_index(entry[1])
-        -- A block record goes with its batch's first event.
-        local nonce, p = block_of(id)
-        if p == 0 then
+        -- A block record goes with any event of its batch (a trim may
+        -- have taken the first ones): its first index is below the
+        -- marker, as every event of the batch is (index false: a block).
+        local nonce = block_of(id)
+        if nonce and not blocks[nonce] then
+          blocks[nonce] = true
           ids[#ids + 1] = block_key(nonce)
-          indexes[#ids] = indexes[#ids - 1]
+          indexes[#ids] = false
         end
         break
       end
@@ -44,7 +47,9 @@ if #entries > 0 then
   local owners, stale = sliced('MGET', nil, ids), {}
   for i = 1, #ids do
     local owner = owners[i] and tonumber(string.match(owners[i], '^%d+'))
-    if owner == indexes[i] then stale[#stale + 1] = ids[i] end
+    if owner and (owner == indexes[i] or (indexes[i] == false and owner < boundary)) then
+      stale[#stale + 1] = ids[i]
+    end
   end
   sliced('DEL', nil, stale)
   removed = sliced_sum('XDEL', LOG, stream_ids)

@@ -387,6 +387,14 @@ func faultCases() []faultCase {
 			_, err = s.Drop(ctx, faultSession)
 			return err
 		}},
+		{script: "trim", what: "snapshot registry is a string (read for the reducers' snapshots)", plant: func(k keys.Session, _ keys.Ready) func(context.Context, rueidis.Client) error {
+			return wrongType(k.SnapReducers(), false)
+		}, op: func(ctx context.Context, t *testing.T, s *redisstore.Store) error {
+			_, err := s.Append(ctx, faultSession, []a2redis.Event{event(), event()}, redisstore.AppendOptions{})
+			require.NoError(t, err)
+			_, err = s.Trim(ctx, faultSession, redisstore.TrimRequest{})
+			return err
+		}},
 		{script: "ready_forget", what: "the shard's versions hash is a string", plant: func(_ keys.Session, r keys.Ready) func(context.Context, rueidis.Client) error {
 			return wrongType(r.Versions(), false)
 		}, op: func(ctx context.Context, t *testing.T, s *redisstore.Store) error {

@@ -15,25 +15,28 @@ import (
 	"github.com/a2redis/a2redis/keys"
 )
 
-// Bounds are a session's head and latest clear marker.
+// Bounds are a session's head, latest clear marker and trim floor.
 type Bounds struct {
 	// Head is the index of the newest event (0 for an empty session).
 	Head int64 `json:"head"`
 	// ClearIndex is the latest clear marker's index, or 0.
 	ClearIndex int64 `json:"clear_index"`
+	// Floor is the highest index trimmed from the log (Store.Trim): the
+	// retained log starts right after it. 0 when nothing was trimmed.
+	Floor int64 `json:"floor,omitempty"`
 }
 
-// Bounds reads a session's head and clear marker in one MGET.
+// Bounds reads a session's head, clear marker and trim floor in one MGET.
 func (s *Store) Bounds(ctx context.Context, session string) (Bounds, error) {
 	if err := checkSession(session); err != nil {
 		return Bounds{}, err
 	}
 	k := s.keys(session)
-	values, err := s.do(ctx, s.client.B().Mget().Key(k.Count(), k.Clear()).Build()).ToArray()
+	values, err := s.do(ctx, s.client.B().Mget().Key(k.Count(), k.Clear(), k.Floor()).Build()).ToArray()
 	if err != nil {
 		return Bounds{}, fmt.Errorf("a2redis: reading bounds of session %q: %w", session, err)
 	}
-	if len(values) != 2 {
+	if len(values) != 3 {
 		return Bounds{}, fmt.Errorf("%w: MGET returned %d values", a2redis.ErrUnexpectedReply, len(values))
 	}
 	var b Bounds
@@ -44,6 +47,9 @@ func (s *Store) Bounds(ctx context.Context, session string) (Bounds, error) {
 		// A collapsed session keeps only its clear marker.
 		b.Head = b.ClearIndex
 	} else if b.Head, err = optionalInt(values[0]); err != nil {
+		return Bounds{}, err
+	}
+	if b.Floor, err = optionalInt(values[2]); err != nil {
 		return Bounds{}, err
 	}
 	return b, nil
@@ -114,9 +120,12 @@ func (s *Store) ClearIndex(ctx context.Context, session string) (int64, error) {
 
 // Read returns the session's events with after < index <= through (through
 // 0: up to the head), in index order. Reads start no lower than the latest
-// clear marker. A gap in the log fails with ErrRangeGap, except one a
-// concurrent clear and reclaim explain: then the read goes on from the new
-// marker, and what it had read of the past lifetime is dropped.
+// clear marker, and after the trim floor (Bounds.Floor): a read from the
+// start (after 0) starts at the retained log, and one from inside the
+// trimmed past (0 < after < Floor) fails with ErrTrimmed, since the events
+// it asks for are gone. A gap in the log fails with ErrRangeGap, except one
+// a concurrent clear and reclaim explain: then the read goes on from the
+// new marker, and what it had read of the past lifetime is dropped.
 func (s *Store) Read(ctx context.Context, session string, after, through int64) ([]a2redis.StoredEvent, error) {
 	out := []a2redis.StoredEvent{}
 	err := s.ReadPages(ctx, session, after, through, func(page []a2redis.StoredEvent) error {
@@ -146,6 +155,9 @@ func (s *Store) ReadPages(ctx context.Context, session string, after, through in
 	if err != nil {
 		return err
 	}
+	if err := trimmedPast(session, after, b); err != nil {
+		return err
+	}
 	last := after
 	for {
 		err = s.readRange(ctx, session, last, through, b, func(page []a2redis.StoredEvent) error {
@@ -156,8 +168,19 @@ func (s *Store) ReadPages(ctx context.Context, session string, after, through in
 			return err
 		}
 		again, berr := s.Bounds(ctx, session)
-		if berr != nil || again.ClearIndex <= b.ClearIndex || again.ClearIndex <= last {
-			return err // not a gap a newer clear explains
+		if berr != nil {
+			return err
+		}
+		if again.Floor > b.Floor && again.Floor > last {
+			// A concurrent trim removed what the read had not reached.
+			if terr := trimmedPast(session, last, again); terr != nil {
+				return terr
+			}
+			b = again
+			continue
+		}
+		if again.ClearIndex <= b.ClearIndex || again.ClearIndex <= last {
+			return err // not a gap a newer clear or trim explains
 		}
 		b = again
 	}
@@ -168,7 +191,7 @@ func (s *Store) readRange(ctx context.Context, session string, after, through in
 	if through > 0 && through < last {
 		last = through
 	}
-	next := max(after, b.ClearIndex-1) + 1
+	next := max(after, b.ClearIndex-1, b.Floor) + 1
 	log := s.keys(session).Log()
 	for next <= last {
 		cmd := s.client.B().Xrange().Key(log).Start(itoa(next) + "-0").End(itoa(last) + "-0").Count(ReadPageSize).Build()
@@ -231,7 +254,7 @@ func (s *Store) ReadTail(ctx context.Context, session string, limit int) ([]a2re
 	if err != nil {
 		return nil, err
 	}
-	from := max(b.ClearIndex, 1)
+	from := max(b.ClearIndex, b.Floor+1, 1)
 	if b.Head < from {
 		return []a2redis.StoredEvent{}, nil
 	}
@@ -265,4 +288,14 @@ func (s *Store) ReadTail(ctx context.Context, session string, limit int) ([]a2re
 		}
 	}
 	return out, nil
+}
+
+// trimmedPast is ErrTrimmed for a read positioned after `after` when the
+// current lifetime's events from there were trimmed (after 0, from the
+// start, reads the retained log).
+func trimmedPast(session string, after int64, b Bounds) error {
+	if after > 0 && after < b.Floor && b.Floor >= b.ClearIndex {
+		return errorf(a2redis.ErrTrimmed, session, "events %d to %d were trimmed: the retained log starts at %d", after+1, b.Floor, b.Floor+1)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -19,10 +20,12 @@ import (
 // RetentionPolicy says which sessions a retention pass ends or drops: the
 // idle ones, whose newest event (or clear marker) is older than IdleFor and
 // which have no live head (nothing to run, held or in flight) and no dead
-// letter (those wait for an operator: redrive or skip them first).
+// letter (those wait for an operator: redrive or skip them first); and,
+// with Trim, how much of the other sessions' handled past it trims.
 type RetentionPolicy struct {
 	// IdleFor is how long a session has had no append before it is
-	// idle. Required (positive).
+	// idle. Required (positive) unless Trim is set; 0 with Trim: no
+	// session is ended or dropped, the pass only trims.
 	IdleFor time.Duration
 	// Drop deletes an idle session (Store.Drop: no key left); without it
 	// an idle session is ended (Clear, then Reclaim: what is left is its
@@ -34,9 +37,17 @@ type RetentionPolicy struct {
 	// ScanPage is how many keys one pass reads per SCAN step; a pass reads
 	// at most MaxScan keys. Defaults 500 and 20,000.
 	ScanPage, MaxScan int
-	// DryRun reports the sessions a pass would end or drop, writing
-	// nothing (the cursor does not move).
+	// DryRun reports the sessions a pass would end or drop, and what it
+	// would trim, writing nothing (the cursor does not move).
 	DryRun bool
+	// Trim, when set, trims the sessions the pass looks at and does not
+	// end or drop (Store.Trim with this request; its DryRun is the
+	// policy's): a long-lived session keeps only the events a consumer may
+	// still need and those the request keeps (KeepLast, OlderThan,
+	// Through). Only a session whose oldest retained event lies past the
+	// request's bounds is trimmed, so a pass costs one call per session it
+	// trims. Trimmed sessions count toward MaxSessions.
+	Trim *TrimRequest
 }
 
 // DefaultRetentionSessions is RetentionPolicy.MaxSessions's default.
@@ -52,6 +63,9 @@ type RetentionResult struct {
 	// Ended and Dropped count what it did (zero with DryRun).
 	Ended   int `json:"ended"`
 	Dropped int `json:"dropped"`
+	// Trimmed are the sessions it trimmed (with DryRun: would trim), with
+	// their new floor and the events removed.
+	Trimmed []SessionTrim `json:"trimmed,omitempty"`
 	// Changed counts idle sessions that got an append between the look
 	// and the act: left as they are.
 	Changed int `json:"changed"`
@@ -65,12 +79,26 @@ type RetentionResult struct {
 	Cursor string `json:"cursor"`
 }
 
+// SessionTrim is what a retention pass trimmed of one session.
+type SessionTrim struct {
+	Session string `json:"session"`
+	// Floor is the session's trim floor after the trim (Bounds.Floor).
+	Floor int64 `json:"floor"`
+	// Removed counts the events removed.
+	Removed int64 `json:"removed"`
+}
+
 // Check returns the policy with its defaults, or an ErrInvalidArgument.
 func (p RetentionPolicy) Check() (RetentionPolicy, error) { return p.withDefaults() }
 
 func (p RetentionPolicy) withDefaults() (RetentionPolicy, error) {
-	if p.IdleFor <= 0 {
-		return p, check.Invalid("IdleFor", "must be positive (got %v)", p.IdleFor)
+	if p.IdleFor < 0 || (p.IdleFor == 0 && p.Trim == nil) {
+		return p, check.Invalid("IdleFor", "must be positive, or 0 with Trim set (got %v)", p.IdleFor)
+	}
+	if p.Trim != nil {
+		if err := p.Trim.check(); err != nil {
+			return p, err
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -117,11 +145,16 @@ func (s *Store) Retention(ctx context.Context, policy RetentionPolicy, cursor st
 	res := RetentionResult{Unreachable: unreachable}
 	// Log and clear keys: an ended session keeps its clear key alone.
 	pattern := keys.EscapeGlob(s.cfg.Prefix) + ":{*}:" + keys.SessionScanTail
-	cutoff := s.now() - policy.IdleFor.Milliseconds()
+	now := s.now()
+	cutoff := now - policy.IdleFor.Milliseconds()
+	if policy.IdleFor == 0 {
+		cutoff = math.MinInt64 // nothing is idle: the pass only trims
+	}
 	read := 0
 	// SCAN may return a key twice: a session is looked at once a pass.
 	seen := map[string]bool{}
-	for node < len(nodes) && read < policy.MaxScan && len(res.Idle) < policy.MaxSessions {
+	acted := func() int { return len(res.Idle) + len(res.Trimmed) }
+	for node < len(nodes) && read < policy.MaxScan && acted() < policy.MaxSessions {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
@@ -151,7 +184,7 @@ func (s *Store) Retention(ctx context.Context, policy RetentionPolicy, cursor st
 				sessions = append(sessions, session)
 			}
 		}
-		idle, skipped := s.idleSessions(ctx, sessions, cutoff, policy.Drop)
+		idle, trims, skipped := s.idleSessions(ctx, sessions, cutoff, policy, now)
 		res.Skipped += skipped
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -159,7 +192,7 @@ func (s *Store) Retention(ctx context.Context, policy RetentionPolicy, cursor st
 		res.Scanned += len(sessions)
 		full := false
 		for _, st := range idle {
-			if len(res.Idle) == policy.MaxSessions {
+			if acted() == policy.MaxSessions {
 				full = true // the rest of the page waits for the next pass
 				break
 			}
@@ -182,6 +215,25 @@ func (s *Store) Retention(ctx context.Context, policy RetentionPolicy, cursor st
 				res.Dropped++
 			default:
 				res.Ended++
+			}
+		}
+		for _, session := range trims {
+			if full || acted() == policy.MaxSessions {
+				full = true
+				break
+			}
+			req := *policy.Trim
+			req.DryRun = policy.DryRun
+			tr, err := s.Trim(ctx, session, req)
+			if errors.Is(err, a2redis.ErrUnavailable) && ctx.Err() == nil {
+				res.Skipped++
+				continue
+			}
+			if err != nil {
+				return res, err
+			}
+			if tr.Removed > 0 {
+				res.Trimmed = append(res.Trimmed, SessionTrim{Session: session, Floor: tr.Floor, Removed: tr.Removed})
 			}
 		}
 		if full {
@@ -208,16 +260,17 @@ type idleState struct {
 }
 
 // idleSessions reads the sessions' bounds, live and dead-lettered heads
-// and newest event, and returns the idle ones: newest event at or before
-// cutoff, no live head, no dead letter; with ended false, not ended
-// already (head above the clear marker). A session whose read fails is
-// skipped (counted).
-func (s *Store) idleSessions(ctx context.Context, sessions []string, cutoff int64, ended bool) (out []idleState, skipped int) {
+// and newest and oldest events, and returns the idle ones: newest event at
+// or before cutoff, no live head, no dead letter; without policy.Drop, not
+// ended already (head above the clear marker). With policy.Trim it also
+// returns the sessions not idle whose oldest event lies past the trim's
+// bounds (trims). A session whose read fails is skipped (counted).
+func (s *Store) idleSessions(ctx context.Context, sessions []string, cutoff int64, policy RetentionPolicy, now int64) (out []idleState, trims []string, skipped int) {
 	if len(sessions) == 0 {
-		return nil, 0
+		return nil, nil, 0
 	}
 	c := s.client
-	const per = 4
+	const per = 5
 	cmds := make(rueidis.Commands, 0, per*len(sessions))
 	for _, session := range sessions {
 		k := s.keys(session)
@@ -225,61 +278,101 @@ func (s *Store) idleSessions(ctx context.Context, sessions []string, cutoff int6
 			c.B().Mget().Key(k.Count(), k.Clear(), k.Live()).Build(),
 			c.B().Zcount().Key(k.Runnable()).Min("-inf").Max("(0").Build(),
 			c.B().Zcard().Key(k.Runnable()).Build(),
-			c.B().Xrevrange().Key(k.Log()).End("+").Start("-").Count(1).Build())
+			c.B().Xrevrange().Key(k.Log()).End("+").Start("-").Count(1).Build(),
+			c.B().Xrange().Key(k.Log()).Start("-").End("+").Count(1).Build())
 	}
 	replies := s.doMulti(ctx, cmds...)
 	for i := range sessions {
-		r := replies[per*i : per*i+per]
-		bounds, err := r[0].ToArray()
-		if err != nil || len(bounds) != 3 {
-			skipped++
-			continue
-		}
-		num := func(m rueidis.RedisMessage) int64 {
-			n, _ := optionalInt(m)
-			return n
-		}
-		var marker keys.ClearMarker
-		if text, err := bounds[1].ToString(); err == nil {
-			var ok bool
-			if marker, ok = keys.ParseClear(text); !ok {
-				skipped++
-				continue
-			}
-		}
-		clear := marker.Index
-		head := cmp.Or(num(bounds[0]), clear)
-		live := num(bounds[2])
-		dead, err1 := r[1].AsInt64()
-		runnable, err2 := r[2].AsInt64()
-		newest, err3 := r[3].AsXRange()
-		if err1 != nil || err2 != nil || err3 != nil {
-			skipped++
-			continue
-		}
-		if live > 0 || dead > 0 || runnable > dead {
-			continue
-		}
-		var at int64
+		st, idle, ok := idleOf(sessions[i], replies[per*i:per*i+per], cutoff, policy.Drop)
 		switch {
-		case len(newest) > 0:
-			if at, err = strconv.ParseInt(newest[0].FieldValues["created_at"], 10, 64); err != nil {
-				continue
-			}
-		case marker.Collapsed && head == clear:
-			at = marker.CreatedAt // ended: its marker is in the clear key
-		default:
-			continue
+		case !ok:
+			skipped++
+		case idle:
+			out = append(out, st)
+		case policy.Trim != nil && trimDue(*policy.Trim, replies[per*i+4], st.head, now):
+			trims = append(trims, sessions[i])
 		}
-		if at > cutoff {
-			continue
-		}
-		if !ended && head == clear {
-			continue // ended already: only a drop has more to do
-		}
-		out = append(out, idleState{session: sessions[i], head: head, clear: clear})
 	}
-	return out, skipped
+	return out, trims, skipped
+}
+
+// idleOf reads one session's replies of idleSessions: its state, whether
+// it is idle (see idleSessions), and false when the read failed.
+func idleOf(session string, r []rueidis.RedisResult, cutoff int64, ended bool) (idleState, bool, bool) {
+	bounds, err := r[0].ToArray()
+	if err != nil || len(bounds) != 3 {
+		return idleState{}, false, false
+	}
+	num := func(m rueidis.RedisMessage) int64 {
+		n, _ := optionalInt(m)
+		return n
+	}
+	var marker keys.ClearMarker
+	if text, err := bounds[1].ToString(); err == nil {
+		var ok bool
+		if marker, ok = keys.ParseClear(text); !ok {
+			return idleState{}, false, false
+		}
+	}
+	clear := marker.Index
+	head := cmp.Or(num(bounds[0]), clear)
+	st := idleState{session: session, head: head, clear: clear}
+	live := num(bounds[2])
+	dead, err1 := r[1].AsInt64()
+	runnable, err2 := r[2].AsInt64()
+	newest, err3 := r[3].AsXRange()
+	if err1 != nil || err2 != nil || err3 != nil {
+		return idleState{}, false, false
+	}
+	if live > 0 || dead > 0 || runnable > dead {
+		return st, false, true
+	}
+	var at int64
+	switch {
+	case len(newest) > 0:
+		if at, err = strconv.ParseInt(newest[0].FieldValues["created_at"], 10, 64); err != nil {
+			return st, false, true
+		}
+	case marker.Collapsed && head == clear:
+		at = marker.CreatedAt // ended: its marker is in the clear key
+	default:
+		return st, false, true
+	}
+	if at > cutoff {
+		return st, false, true
+	}
+	if !ended && head == clear {
+		return st, false, true // ended already: only a drop has more to do
+	}
+	return st, true, true
+}
+
+// trimDue tells whether a session whose oldest log entry is `oldest` (an
+// XRANGE of one) has events past the trim request's bounds: older than
+// OlderThan, below Through, beyond the newest KeepLast. A trim still
+// removes only what every consumer is done with.
+func trimDue(req TrimRequest, oldest rueidis.RedisResult, head, now int64) bool {
+	entries, err := oldest.AsXRange()
+	if err != nil || len(entries) == 0 {
+		return false
+	}
+	idx, err := entryIndex(entries[0].ID)
+	if err != nil {
+		return false
+	}
+	if req.Through > 0 && idx > req.Through {
+		return false
+	}
+	if req.KeepLast > 0 && head-idx+1 <= int64(req.KeepLast) {
+		return false
+	}
+	if req.OlderThan > 0 {
+		at, err := strconv.ParseInt(entries[0].FieldValues["created_at"], 10, 64)
+		if err != nil || at > now-req.OlderThan.Milliseconds() {
+			return false
+		}
+	}
+	return true
 }
 
 // retire ends or drops an idle session, provided its head is still the

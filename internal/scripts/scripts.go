@@ -70,6 +70,10 @@ const (
 	// this leaves no mark (a small session keeps no skip key); a mark once
 	// recorded is kept up to date by every claim that walks past it.
 	SkipAfter = 256
+	// TrimHeldScan is the most held heads a trim reads to find the lowest
+	// index any head holds (lua/trim.lua): a session with more held heads
+	// than this is not trimmed until fewer are held.
+	TrimHeldScan = 1000
 	// SweepBudget is about how many entries, fields or keys one reclaim
 	// call's sweep of a past lifetime handles (lua/include/sweep.lua); a
 	// big session sweeps over many calls, each well under 20 ms.

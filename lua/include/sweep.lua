@@ -250,7 +250,7 @@ local function collapse()
   local listed = redis.call('MGET', SESSION .. KEY_LISTED)[1]
   collapsed_version = listed and string.match(listed, '^(%d+):') or '0'
   -- Snapshots taken at the marker belong to the new lifetime and stay.
-  local gone = { COUNTER, TYPED, PINS, LIVE, FLIGHT, SKIP, chunk_key(boundary), SESSION .. KEY_LISTED }
+  local gone = { COUNTER, TYPED, PINS, LIVE, FLIGHT, SKIP, SESSION .. KEY_FLOOR, chunk_key(boundary), SESSION .. KEY_LISTED }
   for name in pairs(typed) do gone[#gone + 1] = type_key(name) end
   local marker = redis.call('XRANGE', LOG, int(boundary) .. '-0', int(boundary) .. '-0')[1]
   if marker then

@@ -54,3 +54,35 @@ func TestRetentionCommand(t *testing.T) {
 	assert.Contains(t, out, "a pass would drop 4 of", "ended sessions go with --drop, and the one idle since")
 	c.run(t, "", "retention").failed(t, ExitUsage)
 }
+
+// retention --trim-keep-last: a dry run lists the sessions a pass would
+// trim, with the events removed and where the log would start, writing
+// nothing; --apply trims them.
+func TestRetentionCommandTrims(t *testing.T) {
+	t.Parallel()
+	e := serverEnv(t)
+	c := e.cli
+	events := make([]a2redis.Event, 30)
+	for i := range events {
+		events[i] = a2redis.Event{Type: "m"}
+	}
+	_, err := e.store.Append(e.ctx, "long", events, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	_, err = e.store.Append(e.ctx, "short", events[:5], redisstore.AppendOptions{})
+	require.NoError(t, err)
+
+	out := c.run(t, "", "retention", "--trim-keep-last", "10").ok(t)
+	assert.Contains(t, out, "a pass would end 0 and trim 1 of 2 sessions scanned (dry run: nothing written)")
+	assert.Contains(t, out, `"long": trim 20 events, the log starting at 21`)
+	b, err := e.store.Bounds(e.ctx, "long")
+	require.NoError(t, err)
+	assert.Zero(t, b.Floor, "a dry run writes nothing")
+
+	var r redisstore.RetentionResult
+	parseJSON(t, c.run(t, "", "retention", "--trim-keep-last", "10", "--apply", "--yes", "--json").ok(t), &r)
+	assert.Equal(t, []redisstore.SessionTrim{{Session: "long", Floor: 20, Removed: 20}}, r.Trimmed)
+	b, err = e.store.Bounds(e.ctx, "long")
+	require.NoError(t, err)
+	assert.Equal(t, redisstore.Bounds{Head: 30, Floor: 20}, b)
+	c.run(t, "", "retention", "--trim-keep-last", "-1").failed(t, ExitUsage)
+}
