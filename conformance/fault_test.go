@@ -152,7 +152,7 @@ func (w *faultWorker) step(ctx context.Context) bool {
 	o := w.gen.next()
 	w.gen.apply(o) // the generator's own model only proposes arguments
 	switch o.Kind {
-	case opReclaim, opReclaimPage, opDrop, opRetention:
+	case opReclaim, opReclaimPage, opDrop, opRetention, opTrim:
 		return true // several scripts: not one atomic write
 	case opAdvance:
 		w.clock.Advance(o.Advance)

@@ -284,6 +284,20 @@ func (g *generator) next() op {
 				Drop: g.chance(0.4), DryRun: g.chance(0.2), MaxScan: 1 << 30}
 			return op{Kind: opRetention, Retention: policy}
 		}
+		if g.chance(0.5) {
+			// A trim of the handled past: everything that may go, or
+			// within a drawn bound; now and then a dry run.
+			req := redisstore.TrimRequest{DryRun: g.chance(0.2)}
+			switch q := g.rnd.Float64(); {
+			case q < 0.3:
+				req.KeepLast = g.rnd.IntN(4)
+			case q < 0.5:
+				req.OlderThan = pickOne(g, []time.Duration{time.Millisecond, 5 * time.Second, time.Minute})
+			case q < 0.6:
+				req.Through = g.rnd.Int64N(g.bounds(g.session()).Head + 2)
+			}
+			return op{Kind: opTrim, Session: g.session(), Trim: req}
+		}
 		return op{Kind: opDrop, Session: g.session()}
 	case p < 0.86:
 		return g.snapshotOp()

@@ -35,6 +35,7 @@ type api interface {
 	ReclaimPage(ctx context.Context, session string) (redisstore.ReclaimResult, error)
 	Reclaim(ctx context.Context, session string) (redisstore.ReclaimResult, error)
 	Drop(ctx context.Context, session string) (redisstore.DropResult, error)
+	Trim(ctx context.Context, session string, req redisstore.TrimRequest) (redisstore.TrimResult, error)
 	Retention(ctx context.Context, policy redisstore.RetentionPolicy, cursor string) (redisstore.RetentionResult, error)
 	PutSnapshots(ctx context.Context, session, reducer string, writes []redisstore.SnapshotWrite) error
 	ReadState(ctx context.Context, session, reducer string, opts redisstore.ReadStateOptions) (redisstore.State, error)
@@ -74,6 +75,7 @@ const (
 	opReclaimPage   = "reclaim-page"
 	opReclaim       = "reclaim"
 	opDrop          = "drop"
+	opTrim          = "trim"
 	opRetention     = "retention"
 	opPutSnapshots  = "put-snapshots"
 	opReadState     = "read-state"
@@ -134,14 +136,16 @@ type op struct {
 	ClearOpt redisstore.ClearOptions
 	// Retention is a retention pass's policy (opRetention).
 	Retention redisstore.RetentionPolicy
-	Reducer   string
-	Snaps     []redisstore.SnapshotWrite
-	After     int64
-	Through   int64
-	Limit     int
-	Presence  redisstore.PresenceWrite
-	Fields    []redisstore.PresenceField
-	Advance   time.Duration
+	// Trim is a trim's request (opTrim).
+	Trim     redisstore.TrimRequest
+	Reducer  string
+	Snaps    []redisstore.SnapshotWrite
+	After    int64
+	Through  int64
+	Limit    int
+	Presence redisstore.PresenceWrite
+	Fields   []redisstore.PresenceField
+	Advance  time.Duration
 	// Trace is the trace context an append runs with (see traceContext).
 	Trace string
 	// Registry and Names are a registry operation's consumers and names.
@@ -203,6 +207,8 @@ func (o op) run(ctx context.Context, s api) (any, error) {
 		return s.Reclaim(ctx, o.Session)
 	case opDrop:
 		return s.Drop(ctx, o.Session)
+	case opTrim:
+		return s.Trim(ctx, o.Session, o.Trim)
 	case opRetention:
 		return s.Retention(ctx, o.Retention, "")
 	case opPutSnapshots:
@@ -382,6 +388,8 @@ func (o op) String() string {
 				fmt.Fprintf(&b, " pins=%s", refsString(w.Pins))
 			}
 		}
+	case opTrim:
+		fmt.Fprintf(&b, " through=%d keep-last=%d older-than=%v dry-run=%v", o.Trim.Through, o.Trim.KeepLast, o.Trim.OlderThan, o.Trim.DryRun)
 	case opRetention:
 		fmt.Fprintf(&b, " idle-for=%v drop=%v dry-run=%v max=%d", o.Retention.IdleFor, o.Retention.Drop, o.Retention.DryRun, o.Retention.MaxSessions)
 	case opReadState:

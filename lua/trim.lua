@@ -73,7 +73,9 @@ if #logs > 0 then
   for i, position in ipairs(sliced('HMGET', CURSORS, fields)) do
     local p = tonumber(position or '')
     if p then
-      below(p + 1)
+      -- A log cursor counts from the clear marker on (its record is
+      -- moved there lazily).
+      below(math.max(p, boundary) + 1)
     elseif logs[i][2] == 1 then
       below(boundary)
     end
@@ -96,6 +98,8 @@ else
   end
 end
 
+-- Never reported below what is trimmed already.
+bound = math.max(bound, floor)
 local target = math.min(through, bound)
 -- The current lifetime's entries from the marker on; what lies below the
 -- marker is reclaim's.
@@ -128,7 +132,9 @@ local more = (not young and new_floor < target) and 1 or 0
 if dry then return { int(new_floor), int(n), more, int(bound) } end
 
 -- Id keys still naming a removed entry (an id reused since keeps its new
--- owner), and id blocks whose every event is removed.
+-- owner), and the id blocks of the batches it removes events of: a block
+-- goes with the first of its events trimmed (the batch's ids are free
+-- from then on; a block kept would name trimmed indexes).
 local ids, owners_of, stream_ids, blocks, block_seen = {}, {}, {}, {}, {}
 for i = 1, n do
   local entry = entries[i]
@@ -156,7 +162,7 @@ for i = 1, #ids do
 end
 for i, record in ipairs(sliced('MGET', nil, blocks)) do
   local first, count = string.match(record or '', '^(%d+):(%d+)$')
-  if first and tonumber(first) + tonumber(count) - 1 <= new_floor then
+  if first and tonumber(first) <= new_floor then
     stale[#stale + 1] = blocks[i]
   end
 end

@@ -189,7 +189,7 @@ func TestTrimStopsAtWhatConsumersNeed(t *testing.T) {
 // TestTrimFreesMemory: 1,200 untargeted events (no heads: every consumer
 // is done with them) trimmed to the newest 10, over several calls of
 // TrimPageSize entries: the log holds 10 entries, the id blocks of the
-// batches wholly trimmed are gone, a second trim removes nothing, and a
+// batches trimmed are gone, a second trim removes nothing, and a
 // drop leaves no key (the floor key included). Every target.
 func TestTrimFreesMemory(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
@@ -219,9 +219,9 @@ func TestTrimFreesMemory(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(10), n)
 		after, names := countKeys()
-		// Three batches of 500, 500 and 200: the first two blocks go, the
-		// floor key comes.
-		assert.Equal(t, before-2+1, after, "keys %v", names)
+		// Three batches of 500, 500 and 200: their blocks go (the last
+		// batch's too: it lost events), the floor key comes.
+		assert.Equal(t, before-3+1, after, "keys %v", names)
 		assert.Equal(t, span(1191, 1200), readIndexes(t, e, s, 0))
 
 		res, err = e.store.Trim(e.ctx, s, redisstore.TrimRequest{KeepLast: 10})
@@ -274,5 +274,88 @@ func TestRetentionTrims(t *testing.T) {
 
 		_, err = e.store.Retention(e.ctx, redisstore.RetentionPolicy{Trim: &redisstore.TrimRequest{KeepLast: -1}}, "")
 		assert.ErrorIs(t, err, a2redis.ErrInvalidArgument)
+	})
+}
+
+// TestTrimAndLogConsumers: a registered log consumer that backfills and
+// has no cursor in the session yet has passed nothing (no trim); once
+// woken, its position bounds the trim; one registered after the trim
+// backfills from the retained log. Every target.
+func TestTrimAndLogConsumers(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		const s = "logs"
+		events := make([]a2redis.Event, 10)
+		for i := range events {
+			events[i] = a2redis.Event{Type: []string{"a", "b"}[i%2]}
+		}
+		_, err := e.store.Append(e.ctx, s, events, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		g := a2redis.Consumer{Name: "g", Log: &a2redis.LogSpec{Lane: "all", Types: []string{"b"}, Backfill: true}}
+		require.NoError(t, e.store.AddConsumers(e.ctx, g))
+		res, err := e.store.Trim(e.ctx, s, redisstore.TrimRequest{})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.TrimResult{}, res, "g has read nothing yet")
+
+		woken, err := e.store.WakeLog(e.ctx, s, g)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), woken.Cursor.Head)
+		for range 2 {
+			c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: s, Holder: "w", TTL: time.Minute, Consumers: []a2redis.Consumer{g}})
+			require.NoError(t, err)
+			require.Len(t, c.Heads, 1)
+			_, err = e.store.CompleteAttempt(e.ctx, redisstore.CompleteRequest{Session: s, Head: c.Heads[0].Ref(), Attempt: c.Heads[0].Attempts, Consumers: []a2redis.Consumer{g}})
+			require.NoError(t, err)
+		}
+		res, err = e.store.Trim(e.ctx, s, redisstore.TrimRequest{})
+		require.NoError(t, err)
+		assert.Equal(t, int64(4), res.Floor, "through g's position (its head is 6)")
+
+		h := a2redis.Consumer{Name: "h", Log: &a2redis.LogSpec{Lane: "all", Types: []string{"a"}, Backfill: true}}
+		require.NoError(t, e.store.AddConsumers(e.ctx, h))
+		woken, err = e.store.WakeLog(e.ctx, s, h)
+		require.NoError(t, err)
+		assert.Equal(t, int64(5), woken.Cursor.Head, "h backfills from the retained log")
+	})
+}
+
+// TestTrimPastAChunk: 1,100 handled events trimmed whole: the head chunk
+// of indexes 1–1000 goes (every row there a finished head's), so a
+// completion sent again for one of them is superseded; the rows of the
+// floor's own chunk stay, so one there still replays. Every target.
+func TestTrimPastAChunk(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		const s = "chunks"
+		appendEvents(t, e, s, 1100, nil, a2redis.Target{Consumer: "c"})
+		var handled []a2redis.HeadEvent
+		for len(handled) < 1100 {
+			h := handleHeads(t, e, s, redisstore.DefaultMaxBatch)
+			require.NotEmpty(t, h)
+			handled = append(handled, h...)
+		}
+		res, err := e.store.Trim(e.ctx, s, redisstore.TrimRequest{})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.TrimResult{Floor: 1100, Removed: 1100, Bound: 1100}, res)
+		k := keysFor(e, s)
+		n, err := e.client.Do(e.ctx, e.client.B().Exists().Key(k.Heads(0)).Build()).AsInt64()
+		require.NoError(t, err)
+		assert.Zero(t, n, "the chunk of 1–1000 is gone")
+		n, err = e.client.Do(e.ctx, e.client.B().Exists().Key(k.Heads(1)).Build()).AsInt64()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n, "the floor's chunk stays")
+
+		again := func(h a2redis.HeadEvent) redisstore.CompleteResult {
+			r, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: s, Attempts: []redisstore.Attempt{redisstore.AttemptOf(h)}})
+			require.NoError(t, err)
+			require.Len(t, r, 1)
+			return r[0]
+		}
+		assert.Equal(t, redisstore.CompleteSuperseded, again(handled[4]).Outcome, "head 5's row is gone")
+		last := again(handled[1099])
+		assert.Equal(t, redisstore.Completed, last.Outcome)
+		assert.True(t, last.Replayed, "head 1100's row stays: a replay")
+		b, err := e.store.Bounds(e.ctx, s)
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.Bounds{Head: 1100, Floor: 1100}, b)
+		assert.Empty(t, readIndexes(t, e, s, 0))
 	})
 }

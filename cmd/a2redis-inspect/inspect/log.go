@@ -203,6 +203,9 @@ func (a *app) log(ctx context.Context, session string, o logOptions) error {
 // after that many.
 func (a *app) streamEvents(ctx context.Context, session string, b redisstore.Bounds, after, last int64, limit int, filter func(a2redis.StoredEvent) bool, fn func([]a2redis.StoredEvent) error) error {
 	pos := max(after, b.ClearIndex-1)
+	if after == 0 {
+		pos = max(pos, b.Floor) // from the start: the retained log (a trim's floor)
+	}
 	given := 0
 	for pos < last && (limit == 0 || given < limit) {
 		if err := ctx.Err(); err != nil {

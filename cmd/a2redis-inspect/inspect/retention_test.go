@@ -84,5 +84,9 @@ func TestRetentionCommandTrims(t *testing.T) {
 	b, err = e.store.Bounds(e.ctx, "long")
 	require.NoError(t, err)
 	assert.Equal(t, redisstore.Bounds{Head: 30, Floor: 20}, b)
+	rows := parseTable(t, c.run(t, "", "log", "long").ok(t))
+	require.Len(t, rows, 10, "log shows the retained log")
+	assert.Equal(t, "21", rows[0]["INDEX"])
+	c.run(t, "", "log", "long", "--after", "5").failed(t, ExitError)
 	c.run(t, "", "retention", "--trim-keep-last", "-1").failed(t, ExitUsage)
 }

@@ -548,7 +548,7 @@ func (d *dash) session(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, err)
 		return
 	}
-	first := max(b.ClearIndex-1, 0)
+	first := max(b.ClearIndex-1, b.Floor, 0) // the retained log starts after a trim's floor
 	after := max(b.Head-logPage, first)
 	if v := q.Get("after"); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {

@@ -103,10 +103,30 @@ func (m *Store) ReclaimPage(ctx context.Context, session string) (redisstore.Rec
 	if deleted == m.cfg.ReclaimPageSize {
 		return redisstore.ReclaimResult{Deleted: int64(deleted)}, nil
 	}
+	s.sweepReducers()
 	if s.head == s.clear {
 		s.collapse()
 	}
 	return redisstore.ReclaimResult{Deleted: int64(deleted), Done: true}, nil
+}
+
+// sweepReducers drops what a reclaim's sweep drops of the reducers: the
+// snapshots of past lifetimes (below the marker), and a reducer left with
+// none. Reads never see them; a trim no longer waits for them.
+func (s *session) sweepReducers() {
+	for name, r := range s.reducers {
+		if r.head != nil && r.head.index < s.clear {
+			r.head = nil
+		}
+		for idx := range r.history {
+			if idx < s.clear {
+				delete(r.history, idx)
+			}
+		}
+		if r.head == nil && len(r.history) == 0 {
+			delete(s.reducers, name)
+		}
+	}
 }
 
 // collapse shrinks a lifetime that ended empty to its marker: the marker's
@@ -118,6 +138,7 @@ func (s *session) collapse() {
 		delete(s.ids, ev.ID)
 	}
 	s.collapsedMarker = s.clear
+	s.floor = 0 // the floor key goes with the rest
 }
 
 // Reclaim runs ReclaimPage until the session is done and returns the total

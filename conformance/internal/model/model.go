@@ -85,9 +85,12 @@ func (m *Store) now() int64 { return m.cfg.Clock().UnixMilli() }
 // session is one session's state.
 type session struct {
 	name  string
-	log   []a2redis.StoredEvent // entries still stored, contiguous, ascending
+	log   []a2redis.StoredEvent // entries still stored, ascending (contiguous but for a trim's gap)
 	head  int64                 // the newest index
 	clear int64                 // the latest clear marker, or 0
+	// floor is the highest index a trim removed (Store.Trim), or 0; the
+	// log may then skip from below the marker to after the floor.
+	floor int64
 	// collapsedMarker is the index of a marker a collapse moved from the
 	// log to the clear key (readable still; no reclaim counts it), or 0.
 	collapsedMarker int64
@@ -120,8 +123,8 @@ func (s *session) entry(idx int64) (a2redis.StoredEvent, bool) {
 	if len(s.log) == 0 {
 		return a2redis.StoredEvent{}, false
 	}
-	i := idx - s.log[0].Index
-	if i < 0 || i >= int64(len(s.log)) {
+	i := sort.Search(len(s.log), func(i int) bool { return s.log[i].Index >= idx })
+	if i == len(s.log) || s.log[i].Index != idx {
 		return a2redis.StoredEvent{}, false
 	}
 	return copyEvent(s.log[i]), true
@@ -179,7 +182,7 @@ func (m *Store) Bounds(ctx context.Context, session string) (redisstore.Bounds, 
 	if s == nil {
 		return redisstore.Bounds{}, nil
 	}
-	return redisstore.Bounds{Head: s.head, ClearIndex: s.clear}, nil
+	return redisstore.Bounds{Head: s.head, ClearIndex: s.clear, Floor: s.floor}, nil
 }
 
 // ClearIndex returns the session's latest clear marker index, or 0.
@@ -221,7 +224,11 @@ func (m *Store) ReadPages(ctx context.Context, session string, after, through in
 		if through > 0 && through < last {
 			last = through
 		}
-		for idx := max(after, s.clear-1) + 1; idx <= last; idx++ {
+		if after > 0 && after < s.floor && s.floor >= s.clear {
+			m.mu.Unlock()
+			return fmt.Errorf("%w: events %d to %d were trimmed: the retained log starts at %d (session %q)", a2redis.ErrTrimmed, after+1, s.floor, s.floor+1, session)
+		}
+		for idx := max(after, s.clear-1, s.floor) + 1; idx <= last; idx++ {
 			ev, ok := s.entry(idx)
 			if !ok {
 				m.mu.Unlock()
@@ -261,7 +268,7 @@ func (m *Store) ReadTail(ctx context.Context, session string, limit int) ([]a2re
 	if s == nil {
 		return out, nil
 	}
-	from := max(s.clear, 1, s.head-int64(limit)+1)
+	from := max(s.clear, s.floor+1, 1, s.head-int64(limit)+1)
 	for idx := from; idx <= s.head; idx++ {
 		if ev, ok := s.entry(idx); ok {
 			out = append(out, ev)
