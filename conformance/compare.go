@@ -27,6 +27,8 @@ func canonical(res any) any {
 		// did to them are the contract.
 		r.Idle = append([]string(nil), r.Idle...)
 		sort.Strings(r.Idle)
+		r.Trimmed = append([]redisstore.SessionTrim(nil), r.Trimmed...)
+		sort.Slice(r.Trimmed, func(i, j int) bool { return r.Trimmed[i].Session < r.Trimmed[j].Session })
 		r.Scanned, r.Cursor = 0, ""
 		return r
 	case redisstore.RenewResult:

@@ -277,6 +277,11 @@ func outcomeOf(res any, err error) string {
 		return class
 	}
 	switch r := res.(type) {
+	case redisstore.TrimResult:
+		if r.Removed > 0 {
+			return "trimmed"
+		}
+		return "nothing"
 	case redisstore.RetentionResult:
 		switch {
 		case r.Ended > 0:
@@ -285,6 +290,8 @@ func outcomeOf(res any, err error) string {
 			return "dropped"
 		case len(r.Idle) > 0:
 			return "dry-run"
+		case len(r.Trimmed) > 0:
+			return "trimmed"
 		}
 		return "none-idle"
 	case redisstore.AppendResult:

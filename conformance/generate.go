@@ -282,6 +282,14 @@ func (g *generator) next() op {
 			// SCAN order, which the model cannot follow.)
 			policy := redisstore.RetentionPolicy{IdleFor: pickOne(g, []time.Duration{time.Millisecond, 5 * time.Second, time.Minute}),
 				Drop: g.chance(0.4), DryRun: g.chance(0.2), MaxScan: 1 << 30}
+			if g.chance(0.4) {
+				// With trims of the sessions it does not end (now and
+				// then a pass that only trims).
+				policy.Trim = &redisstore.TrimRequest{KeepLast: g.rnd.IntN(4), OlderThan: pickOne(g, []time.Duration{0, 5 * time.Second})}
+				if g.chance(0.3) {
+					policy.IdleFor = 0
+				}
+			}
 			return op{Kind: opRetention, Retention: policy}
 		}
 		if g.chance(0.5) {

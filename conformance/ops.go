@@ -282,6 +282,8 @@ func errorClass(err error) string {
 		return "no event"
 	case errors.Is(err, a2redis.ErrRangeGap):
 		return "range gap: " + err.Error()
+	case errors.Is(err, a2redis.ErrTrimmed):
+		return "trimmed: " + err.Error()
 	case errors.Is(err, a2redis.ErrLayoutMismatch):
 		return "layout mismatch"
 	case errors.Is(err, a2redis.ErrConsumerMismatch):
@@ -392,6 +394,9 @@ func (o op) String() string {
 		fmt.Fprintf(&b, " through=%d keep-last=%d older-than=%v dry-run=%v", o.Trim.Through, o.Trim.KeepLast, o.Trim.OlderThan, o.Trim.DryRun)
 	case opRetention:
 		fmt.Fprintf(&b, " idle-for=%v drop=%v dry-run=%v max=%d", o.Retention.IdleFor, o.Retention.Drop, o.Retention.DryRun, o.Retention.MaxSessions)
+		if t := o.Retention.Trim; t != nil {
+			fmt.Fprintf(&b, " trim(keep-last=%d older-than=%v)", t.KeepLast, t.OlderThan)
+		}
 	case opReadState:
 		fmt.Fprintf(&b, " %s through=%d", o.Reducer, o.Through)
 	case opRead:

@@ -125,7 +125,8 @@ type Config struct {
 	// and interval runs the pass). Default DefaultRepairEvery (30s);
 	// negative never repairs.
 	RepairEvery time.Duration
-	// Retention, when set, ends or drops the prefix's idle sessions (see
+	// Retention, when set, ends or drops the prefix's idle sessions, and
+	// with its Trim trims the others' handled past (see
 	// redisstore.RetentionPolicy): every RetentionEvery one worker of the
 	// prefix runs a bounded pass (redisstore.Store.TryRetention), going
 	// on from where the last pass stopped. Nil (the default) keeps every

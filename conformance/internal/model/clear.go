@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -196,12 +197,17 @@ func (m *Store) Retention(ctx context.Context, policy redisstore.RetentionPolicy
 			return redisstore.RetentionResult{}, check.Invalid("cursor", "is not a retention cursor (%q)", cursor)
 		}
 	}
-	cutoff := m.now() - policy.IdleFor.Milliseconds()
+	now := m.now()
+	cutoff := now - policy.IdleFor.Milliseconds()
+	if policy.IdleFor == 0 {
+		cutoff = math.MinInt64 // nothing is idle: the pass only trims
+	}
 	type idle struct {
 		session     string
 		head, clear int64
 	}
 	var found []idle
+	var trims []string
 	res := redisstore.RetentionResult{}
 	m.mu.Lock()
 	for _, name := range m.sortedSessionsLocked() {
@@ -214,6 +220,9 @@ func (m *Store) Retention(ctx context.Context, policy redisstore.RetentionPolicy
 		busy := len(s.heads()) > 0
 		newest := s.log[len(s.log)-1].CreatedAt.UnixMilli()
 		if busy || newest > cutoff || (!policy.Drop && s.head == s.clear) {
+			if policy.Trim != nil && s.trimDue(*policy.Trim, now) {
+				trims = append(trims, name)
+			}
 			continue
 		}
 		found = append(found, idle{name, s.head, s.clear})
@@ -250,10 +259,47 @@ func (m *Store) Retention(ctx context.Context, policy redisstore.RetentionPolicy
 		}
 		res.Ended++
 	}
+	for _, name := range trims {
+		if len(res.Idle)+len(res.Trimmed) == policy.MaxSessions {
+			break
+		}
+		req := *policy.Trim
+		req.DryRun = policy.DryRun
+		t, err := m.Trim(ctx, name, req)
+		if err != nil {
+			return res, err
+		}
+		if t.Removed > 0 {
+			res.Trimmed = append(res.Trimmed, redisstore.SessionTrim{Session: name, Floor: t.Floor, Removed: t.Removed})
+		}
+	}
 	if policy.DryRun {
 		res.Cursor = cursor
 	}
 	return res, nil
+}
+
+// trimDue is redisstore's filter of a retention pass's trims: the
+// session's oldest log entry lies past the request's bounds.
+func (s *session) trimDue(req redisstore.TrimRequest, now int64) bool {
+	var oldest *a2redis.StoredEvent
+	for i := range s.log {
+		if s.log[i].Index != s.collapsedMarker {
+			oldest = &s.log[i]
+			break
+		}
+	}
+	switch {
+	case oldest == nil:
+		return false
+	case req.Through > 0 && oldest.Index > req.Through:
+		return false
+	case req.KeepLast > 0 && s.head-oldest.Index+1 <= int64(req.KeepLast):
+		return false
+	case req.OlderThan > 0 && oldest.CreatedAt.UnixMilli() > now-req.OlderThan.Milliseconds():
+		return false
+	}
+	return true
 }
 
 func digits(s string) bool {
