@@ -148,6 +148,14 @@ local track = not served_all
 local marks, raise_from = nil, nil
 if track then
   marks = skip_marks(skip_value) or {}
+  -- No free head lies above the session head, so a mark past it cannot
+  -- be right: it is dropped (and the key rewritten without it), and the
+  -- walk starts over.
+  local dropped = false
+  for name, m in pairs(marks) do
+    if type(m) ~= 'number' or m > total + 1 then marks[name], dropped = nil, true end
+  end
+  if dropped then skip_value, skip_dirty = cjson.encode(marks), true end
   local start = nil
   for name in pairs(served) do
     local m = marks[name] or 1
@@ -210,7 +218,9 @@ end
 -- lowers it (a write that freed it without lowering would be a bug; the
 -- walk mends it).
 if raise_from then
-  local reach = exhausted and through + 1 or scan_min
+  -- (No free score lies above the session head: a walk that ran out saw
+  -- everything below it, whatever `through` allowed.)
+  local reach = exhausted and math.min(through, total) + 1 or scan_min
   local changed = false
   for name in pairs(served) do
     local old = marks[name] or 1

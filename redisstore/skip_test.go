@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/rows"
 	"github.com/a2redis/a2redis/keys"
 	"github.com/a2redis/a2redis/redisstore"
 )
@@ -187,4 +190,99 @@ func TestSubsetClaimAfterTheFirstWalksNothing(t *testing.T) {
 	assert.GreaterOrEqual(t, first, int64(4), "the first walk: the fast claim's hand-over and three calls or more")
 	next := calls(func() { require.Equal(t, []int64{b}, headIndexes(f.claim("w", 1))) })
 	assert.Equal(t, int64(2), next, "the fast claim's hand-over and one general claim")
+}
+
+// TestSubsetClaimsFollowTheRunnableSet: a seeded run of claims serving one
+// consumer behind hundreds of another's free heads, between completions,
+// releases, retries, permanent failures, redrives and appends of its own
+// (event and lane heads), checks after every step that a claim takes
+// exactly the lowest free heads of the consumer that the runnable set
+// holds (read before the claim), so no write leaves a scan mark above a
+// free head. Every target.
+func TestSubsetClaimsFollowTheRunnableSet(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		f := skipFixture{env: e, session: "s"}
+		f.appendOthers(400)
+		rnd := rand.New(rand.NewPCG(7, 9))
+		k := keysFor(e, f.session)
+		// freeMine: the indexes of "mine"'s free heads, lowest first.
+		freeMine := func() []int64 {
+			members, err := e.client.Do(e.ctx, e.client.B().Zrangebyscore().Key(k.Runnable()).Min("1").Max(fmt.Sprintf("(%d", keys.HeldOffset)).Withscores().Build()).AsZScores()
+			require.NoError(t, err)
+			var out []int64
+			for _, m := range members {
+				if c, _, _, ok := rows.ParseCursorID(m.Member); ok && c == "mine" {
+					out = append(out, int64(m.Score))
+				}
+			}
+			return out
+		}
+		var held []a2redis.HeadEvent
+		take := func(i int) a2redis.HeadEvent {
+			h := held[i]
+			held = append(held[:i], held[i+1:]...)
+			return h
+		}
+		var dead []a2redis.HeadEvent
+		for step := range 300 {
+			switch p := rnd.IntN(10); {
+			case p < 2:
+				lane := ""
+				if rnd.IntN(2) == 0 {
+					lane = fmt.Sprint("l", rnd.IntN(3))
+				}
+				f.appendMine(lane)
+				if rnd.IntN(3) == 0 {
+					f.appendOthers(1 + rnd.IntN(30))
+				}
+			case p < 5:
+				limit := 1 + rnd.IntN(3)
+				want := append([]int64{}, freeMine()...)
+				want = want[:min(limit, len(want))]
+				got := f.claim("w", limit)
+				require.Equal(t, want, headIndexes(got), "step %d: a claim of %d (marks %v)", step, limit, f.marks())
+				held = append(held, got...)
+			case len(held) == 0:
+			case p < 7:
+				h := take(rnd.IntN(len(held)))
+				_, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: f.session, Attempts: []redisstore.Attempt{redisstore.AttemptOf(h)}})
+				require.NoError(t, err)
+			case p < 8:
+				h := take(rnd.IntN(len(held)))
+				_, err := e.store.Release(e.ctx, redisstore.ReleaseRequest{Session: f.session, Attempts: []redisstore.Attempt{redisstore.AttemptOf(h)}})
+				require.NoError(t, err)
+			case p < 9:
+				h := take(rnd.IntN(len(held)))
+				permanent := rnd.IntN(2) == 0
+				_, err := e.store.FailAttempt(e.ctx, redisstore.FailRequest{Session: f.session, Head: h.Ref(), Attempt: h.Attempts, Error: "x", Permanent: permanent})
+				require.NoError(t, err)
+				if permanent {
+					dead = append(dead, h)
+				}
+			default:
+				if len(dead) > 0 {
+					h := dead[0]
+					dead = dead[1:]
+					_, err := e.store.Redrive(e.ctx, redisstore.RedriveRequest{Session: f.session, Consumer: "mine", Lane: h.Lane, Index: h.Index, Action: redisstore.Retry})
+					require.NoError(t, err)
+				}
+			}
+		}
+		require.NotNil(t, f.marks(), "the claims walked far enough to record marks")
+	})
+}
+
+// TestMarkPastTheHeadIsDropped: a scan mark above the session head (no
+// free head can lie there; a walk that found none of its consumer's heads
+// once recorded the runnable set's cap) is dropped by the next claim,
+// which finds the head below it. Every target.
+func TestMarkPastTheHeadIsDropped(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		f := skipFixture{env: e, session: "s"}
+		f.appendOthers(300)
+		a := f.appendMine("")
+		require.NoError(t, e.client.Do(e.ctx, e.client.B().Set().Key(keys.For(e.prefix, f.session).Skip()).Value(`{"mine":1125899906842624}`).Build()).Error())
+		require.Equal(t, []int64{a}, headIndexes(f.claim("w", 1)))
+		assert.Equal(t, map[string]int64{"mine": a}, f.marks())
+	})
 }
