@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2redis/a2redis"
+	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/redisstore"
 )
 
@@ -357,5 +358,32 @@ func TestTrimPastAChunk(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, redisstore.Bounds{Head: 1100, Floor: 1100}, b)
 		assert.Empty(t, readIndexes(t, e, s, 0))
+	})
+}
+
+// TestTrimHeldScanLimit: with scripts.TrimHeldScan + 1 heads held at once a
+// trim reads no further and removes nothing; at the limit it goes as far
+// as the lowest held head allows. Every target.
+func TestTrimHeldScanLimit(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		const s = "held"
+		limit := scripts.TrimHeldScan
+		appendEvents(t, e, s, limit+3, nil, a2redis.Target{Consumer: "c"})
+		require.Len(t, handleHeads(t, e, s, 1), 1) // head 1 done: 1 may go
+		var held []a2redis.HeadEvent
+		for len(held) < limit+1 {
+			c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: s, Holder: "w", TTL: time.Hour, Limit: min(redisstore.DefaultMaxBatch, limit+1-len(held))})
+			require.NoError(t, err)
+			require.NotEmpty(t, c.Heads)
+			held = append(held, c.Heads...)
+		}
+		res, err := e.store.Trim(e.ctx, s, redisstore.TrimRequest{})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.TrimResult{}, res, "one past the limit: nothing read, nothing goes")
+		_, err = e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: s, Attempts: []redisstore.Attempt{redisstore.AttemptOf(held[len(held)-1])}})
+		require.NoError(t, err)
+		res, err = e.store.Trim(e.ctx, s, redisstore.TrimRequest{})
+		require.NoError(t, err)
+		assert.Equal(t, redisstore.TrimResult{Floor: 1, Removed: 1, Bound: 1}, res, "at the limit: up to the lowest held head (2)")
 	})
 }
