@@ -90,3 +90,27 @@ func TestRetentionCommandTrims(t *testing.T) {
 	c.run(t, "", "log", "long", "--after", "5").failed(t, ExitError)
 	c.run(t, "", "retention", "--trim-keep-last", "-1").failed(t, ExitUsage)
 }
+
+// The dashboard's session page of a trimmed session says where its log
+// starts and lists the retained events from there.
+func TestServeTrimmedSession(t *testing.T) {
+	t.Parallel()
+	e := serverEnv(t)
+	events := make([]a2redis.Event, 30)
+	for i := range events {
+		events[i] = a2redis.Event{ID: fmt.Sprintf("ev-%02d", i+1), Type: "m"}
+	}
+	_, err := e.store.Append(e.ctx, "long", events, redisstore.AppendOptions{})
+	require.NoError(t, err)
+	_, err = e.store.Trim(e.ctx, "long", redisstore.TrimRequest{KeepLast: 10})
+	require.NoError(t, err)
+	srv := dashServer(t, e, serveOptions{})
+	code, body := get(t, srv, "/session?id=long")
+	require.Equal(t, 200, code, body)
+	assert.Contains(t, body, "trimmed through 20 (the log starts at 21)")
+	assert.Contains(t, body, "ev-21")
+	assert.NotContains(t, body, "ev-20")
+	code, body = get(t, srv, "/session?id=long&after=3")
+	require.Equal(t, 200, code, body)
+	assert.Contains(t, body, "ev-21", "a page asked below the floor starts at it")
+}

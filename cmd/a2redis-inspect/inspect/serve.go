@@ -174,6 +174,7 @@ func (a *app) dashboardOf(o serveOptions) (http.Handler, *dash, error) {
 			return b.String()
 		},
 		"before": func(i int64) int64 { return max(i-1, 0) },
+		"after":  func(i int64) int64 { return i + 1 },
 		"headKey": func(consumer, lane string, index int64) string {
 			return url.Values{"c": {consumer}, "l": {lane}, "i": {itoa(index)}}.Encode()
 		},
