@@ -30,39 +30,10 @@
 -- (no log, the session has live heads again, or the server cannot DUMP).
 local values = redis.call('MGET', LIVE, COUNTER, CLEAR)
 if values[1] and values[1] ~= '0' then return 0 end
-local n = redis.call('XLEN', LOG)
-if n == 0 then return 0 end
-if n > tonumber(ARGV[1]) then return 2 end
-local bytes = tonumber(ARGV[3])
--- A server that cannot tell a key's size or DUMP a stream (miniredis) is
--- left as it is.
-local size = redis.pcall('MEMORY', 'USAGE', LOG)
-if type(size) ~= 'number' then return 0 end
-if size > bytes then return 2 end
-local payload = redis.pcall('DUMP', LOG)
-if type(payload) ~= 'string' then return 0 end
--- The log is dense from its first entry to the session's head: with at
--- most ARGV[1] entries its rows lie in one or two chunks.
-local first = redis.call('XRANGE', LOG, '-', '+', 'COUNT', 1)
-local head = tonumber(values[2]) or clear_index(values[3])
-local low = tonumber(string.match(first[1][1], '^(%d+)'))
-local chunks = {}
-if head >= low then
-  for c = math.floor((low - 1) / CHUNK), math.floor((head - 1) / CHUNK) do
-    local key = SESSION .. KEY_HEADS .. int(c)
-    local fields = redis.call('HLEN', key)
-    if fields > 0 and fields <= tonumber(ARGV[2]) and redis.call('MEMORY', 'USAGE', key) <= bytes then
-      chunks[#chunks + 1] = key
-    end
-  end
-end
-for _, key in ipairs(chunks) do
-  redis.call('HDEL', key, CHUNK_PIN)
-  -- A chunk holding only its pin is gone with it.
-  if redis.call('EXISTS', key) == 1 then
-    redis.call('RESTORE', key, 0, redis.call('DUMP', key), 'REPLACE')
-  end
-end
-if values[1] then redis.call('DEL', LIVE) end
-redis.call('RESTORE', LOG, 0, payload, 'REPLACE')
-return 1
+local log, head = LOG, tonumber(values[2]) or clear_index(values[3])
+local max_entries, max_fields, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local compact_read = redis.call
+local compacted = 0
+--@inline compact session=SESSION
+if compacted == 1 and values[1] then redis.call('DEL', LIVE) end
+return compacted

@@ -19,7 +19,10 @@
 --          call moves on for that holder (complete and claim next, so an
 --          ordered lane or a log costs one script call per event). A
 --          cursor's next head was never claimed: it is claimed as
---          claim_fast claims a fresh head.
+--          claim_fast claims a fresh head. ('' and '' for no claim.)
+-- ARGV[6 + 4k]  optionally, compact_log's bounds as
+--          '<entries>:<fields>:<bytes>': rebuild the session to its size
+--          when this completion leaves it without live heads (see below)
 --
 -- Replies: { 'ok', outcome... } (each 'ok' or 'superseded'), followed,
 -- when a holder was given and any attempt completed, by a table of
@@ -251,4 +254,22 @@ if claimed then outcomes[#outcomes + 1] = claimed end
 local claimed_until = claimed and #claimed > 0 and tonumber(ARGV[5 + 4 * k]) or false
 outcomes[#outcomes + 1] = ready_mark(session, tonumber(now), false, bounds[4], true,
   #moved > 0 and not claimed_until, claimed_until, live - idle)
+-- A completion that leaves the session without live heads rebuilds it to
+-- its size here (what compact_log does after other writes), when the
+-- store asks (ARGV[6 + 4k]: '<entries>:<fields>:<bytes>', its bounds; ''
+-- or absent: never, as on a key-locking server, which refuses DUMP).
+-- After the writes above, so every read here is a pcall: a key of another
+-- type is left as it is.
+local spec = ARGV[6 + 4 * k]
+if spec and spec ~= '' and live - idle <= 0 then
+  local e, f, b = string.match(spec, '^(%d+):(%d+):(%d+)$')
+  if e then
+    local log, head = session .. KEY_LOG, total
+    local max_entries, max_fields, max_bytes = tonumber(e), tonumber(f), tonumber(b)
+    local compact_read = redis.pcall
+    local compacted = 0
+    --@inline compact
+    if compacted == 1 then redis.call('DEL', session .. KEY_LIVE) end
+  end
+end
 return outcomes

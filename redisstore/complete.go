@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -119,7 +120,7 @@ func (s *Store) completeAttempt(ctx context.Context, req CompleteRequest) (Compl
 		} else if scripts.GeneralOnly() {
 			reply, err = s.run(ctx, "complete_event", req.Session, []string{itoa(now), cause.Consumer, itoa(cause.Index), itoa(cause.Attempt)})
 			break
-		} else if reply, err = s.run(ctx, "complete_fast", req.Session, args); (err == nil || handedOn(reply, err)) && word(reply, 0) == "general" {
+		} else if reply, err = s.run(ctx, "complete_fast", req.Session, s.withCompaction(ctx, args)); (err == nil || handedOn(reply, err)) && word(reply, 0) == "general" {
 			// complete_event replies { outcome, ... } itself.
 			reply, err = s.run(ctx, "complete_event", req.Session, []string{itoa(now), cause.Consumer, itoa(cause.Index), itoa(cause.Attempt)})
 			break
@@ -198,10 +199,50 @@ func completeArgs(now int64, cause a2redis.Cause, served string, batch []prepare
 // written.
 func (s *Store) completeRun(ctx context.Context, session string, args []string) ([]rueidis.RedisMessage, error) {
 	if !scripts.GeneralOnly() {
-		reply, err := s.run(ctx, "complete_fast", session, args)
+		reply, err := s.run(ctx, "complete_fast", session, s.withCompaction(ctx, args))
 		if (err != nil && !handedOn(reply, err)) || word(reply, 0) != "general" {
 			return reply, err
 		}
 	}
 	return s.runIndexed(ctx, "complete_many", session, args)
+}
+
+// withCompaction is complete_fast's arguments (complete_many's: now,
+// served, k, four per attempt, then optionally a holder and an expiry)
+// with compact_log's bounds after them, so that a completion that leaves
+// the session without live heads rebuilds it to its size in the same call
+// (see compactLog), unless Config.NoCompaction or the server refuses DUMP
+// in scripts (key locking). The ready update of such a call sends no
+// compact_log after it (selfCompacting).
+func (s *Store) withCompaction(ctx context.Context, args []string) []string {
+	if s.cfg.NoCompaction {
+		return args
+	}
+	if locking, err := s.keyLocking(ctx); err != nil || locking {
+		return args
+	}
+	k, err := strconv.Atoi(args[2])
+	if err != nil {
+		return args
+	}
+	out := make([]string, 0, 6+4*k)
+	out = append(out, args...)
+	for len(out) < 5+4*k {
+		out = append(out, "") // no holder, no expiry
+	}
+	return append(out, compactBounds)
+}
+
+// compactBounds is compact_log's bounds as complete_fast takes them.
+var compactBounds = strconv.Itoa(CompactLogEntries) + ":" + strconv.Itoa(CompactChunkFields) + ":" + strconv.Itoa(CompactBytes)
+
+// selfCompacting tells whether a script call rebuilds the session to its
+// size itself when it leaves it without work: complete_fast given
+// withCompaction's bounds.
+func selfCompacting(name string, args []string) bool {
+	if name != "complete_fast" || len(args) < 3 {
+		return false
+	}
+	k, err := strconv.Atoi(args[2])
+	return err == nil && len(args) > 5+4*k && args[5+4*k] != ""
 }

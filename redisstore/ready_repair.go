@@ -46,7 +46,7 @@ func (s *Store) resyncLost(ctx context.Context, session string) {
 	}
 	values, _ := msg.ToArray()
 	if _, mark := popReadyMark(values); mark != "" {
-		s.noteReady(ctx, session, mark)
+		s.noteReady(ctx, session, mark, false)
 	}
 }
 

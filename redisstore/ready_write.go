@@ -84,7 +84,7 @@ const DeadlineSlack = 50 * time.Millisecond
 // an update that is refused, fails or misses the deadline is kept and sent
 // again with this store's next update that gets through (or its next
 // ClaimNext); RepairReady restores what a process took with it.
-func (s *Store) noteReady(ctx context.Context, session, mark string) {
+func (s *Store) noteReady(ctx context.Context, session, mark string, compacted bool) {
 	u, ok := parseReadyMark(session, mark)
 	if !ok {
 		return
@@ -104,9 +104,10 @@ func (s *Store) noteReady(ctx context.Context, session, mark string) {
 			return s.applyReady(ctx, shard, updates)
 		})
 	})
-	if u.at == "" && !s.cfg.NoCompaction {
+	if u.at == "" && !s.cfg.NoCompaction && !compacted {
 		// The write left the session without work: rebuild a small log to
-		// its size (see compactLog).
+		// its size (see compactLog), unless the write did it itself
+		// (complete_fast: withCompaction).
 		defer s.compactLog(ctx, session)
 	}
 	if err != nil {

@@ -398,7 +398,7 @@ func (s *Store) runTry(ctx context.Context, name, session string, args []string)
 	values, _ := msg.ToArray()
 	values, mark := popReadyMark(values)
 	if mark != "" {
-		s.noteReady(ctx, session, mark)
+		s.noteReady(ctx, session, mark, selfCompacting(name, args))
 	}
 	if endsClaims[name] {
 		s.endedClaims(session)
