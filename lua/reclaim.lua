@@ -22,35 +22,7 @@ local page = tonumber(ARGV[1])
 local entries = redis.call('XRANGE', LOG, '-', int(boundary - 1) .. '-0', 'COUNT', page)
 local removed = 0
 if #entries > 0 then
-  local ids, indexes, stream_ids, blocks = {}, {}, {}, {}
-  for _, entry in ipairs(entries) do
-    local fields = entry[2]
-    for i = 1, #fields, 2 do
-      if fields[i] == 'id' then
-        local id = fields[i + 1]
-        ids[#ids + 1] = id_key(id)
-        indexes[#ids] = entry_index(entry[1])
-        -- A block record goes with any event of its batch (a trim may
-        -- have taken the first ones): its first index is below the
-        -- marker, as every event of the batch is (index false: a block).
-        local nonce = block_of(id)
-        if nonce and not blocks[nonce] then
-          blocks[nonce] = true
-          ids[#ids + 1] = block_key(nonce)
-          indexes[#ids] = false
-        end
-        break
-      end
-    end
-    stream_ids[#stream_ids + 1] = entry[1]
-  end
-  local owners, stale = sliced('MGET', nil, ids), {}
-  for i = 1, #ids do
-    local owner = owners[i] and tonumber(string.match(owners[i], '^%d+'))
-    if owner and (owner == indexes[i] or (indexes[i] == false and owner < boundary)) then
-      stale[#stale + 1] = ids[i]
-    end
-  end
+  local stale, stream_ids = removed_id_records(entries, #entries, boundary - 1)
   sliced('DEL', nil, stale)
   removed = sliced_sum('XDEL', LOG, stream_ids)
   if #entries == page then

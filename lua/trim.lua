@@ -85,8 +85,9 @@ local reducers = SESSION .. KEY_SNAP_REDUCERS
 if redis.call('SCARD', reducers) > TRIM_HELD_SCAN then
   below(floor + 1)
 else
-  for _, reducer in ipairs(redis.call('SMEMBERS', reducers)) do
-    local head = redis.call('GET', SESSION .. KEY_SNAP .. reducer)
+  local names = {}
+  for i, reducer in ipairs(redis.call('SMEMBERS', reducers)) do names[i] = SESSION .. KEY_SNAP .. reducer end
+  for _, head in ipairs(sliced('MGET', nil, names)) do
     -- Snapshots store their index first (see sweep).
     local index = head and tonumber(string.match(head, '^{"index":(%d+),') or '')
     if index and index >= boundary then
@@ -131,41 +132,10 @@ if not young and #entries < page then new_floor = target end
 local more = (not young and new_floor < target) and 1 or 0
 if dry then return { int(new_floor), int(n), more, int(bound) } end
 
--- Id keys still naming a removed entry (an id reused since keeps its new
--- owner), and the id blocks of the batches it removes events of: a block
--- goes with the first of its events trimmed (the batch's ids are free
--- from then on; a block kept would name trimmed indexes).
-local ids, owners_of, stream_ids, blocks, block_seen = {}, {}, {}, {}, {}
-for i = 1, n do
-  local entry = entries[i]
-  stream_ids[i] = entry[1]
-  local fields = entry[2]
-  for f = 1, #fields, 2 do
-    if fields[f] == 'id' then
-      local id = fields[f + 1]
-      ids[#ids + 1] = id_key(id)
-      owners_of[#ids] = entry_index(entry[1])
-      local nonce = block_of(id)
-      if nonce and not block_seen[nonce] then
-        block_seen[nonce] = true
-        blocks[#blocks + 1] = block_key(nonce)
-      end
-      break
-    end
-  end
-end
-local owners, stale = sliced('MGET', nil, ids), {}
-for i = 1, #ids do
-  if owners[i] and tonumber(string.match(owners[i], '^%d+') or '') == owners_of[i] then
-    stale[#stale + 1] = ids[i]
-  end
-end
-for i, record in ipairs(sliced('MGET', nil, blocks)) do
-  local first, count = string.match(record or '', '^(%d+):(%d+)$')
-  if first and tonumber(first) <= new_floor then
-    stale[#stale + 1] = blocks[i]
-  end
-end
+-- The id records naming the removed entries: a batch's id block goes with
+-- the first of its events trimmed (the batch's ids are free from then on;
+-- a block kept would name trimmed indexes).
+local stale, stream_ids = removed_id_records(entries, n, new_floor)
 -- Head chunks wholly at or below the new floor (their rows are every
 -- cursor's past: none holds a head there).
 local chunks = {}

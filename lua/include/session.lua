@@ -95,6 +95,44 @@ end
 
 local function entry_index(id) return tonumber(string.match(id, '^(%d+)')) end
 
+-- The id records naming the first n of `entries` (an XRANGE reply), which
+-- the caller removes from the log (reclaim, trim): each entry's id key
+-- while it still names that entry (an id reused since keeps its new
+-- owner), and the id block of each batch with an event among them whose
+-- first index is at most `upto` (a block goes with any event of its batch
+-- removed: a trim takes the first ones, a reclaim the rest). One MGET;
+-- returns the keys to delete and the entries' stream ids.
+local function removed_id_records(entries, n, upto)
+  local keys, owners_of, stream_ids, seen = {}, {}, {}, {}
+  for i = 1, n do
+    local entry = entries[i]
+    stream_ids[i] = entry[1]
+    local fields = entry[2]
+    for f = 1, #fields, 2 do
+      if fields[f] == 'id' then
+        local id = fields[f + 1]
+        keys[#keys + 1] = id_key(id)
+        owners_of[#keys] = entry_index(entry[1])
+        local nonce = block_of(id)
+        if nonce and not seen[nonce] then
+          seen[nonce] = true
+          keys[#keys + 1] = block_key(nonce)
+          owners_of[#keys] = false -- a block: its first index at most upto
+        end
+        break
+      end
+    end
+  end
+  local stale = {}
+  for i, value in ipairs(sliced('MGET', nil, keys)) do
+    local owner = value and tonumber(string.match(value, '^%d+') or '')
+    if owner and (owner == owners_of[i] or (owners_of[i] == false and owner <= upto)) then
+      stale[#stale + 1] = keys[i]
+    end
+  end
+  return stale, stream_ids
+end
+
 -- Cursor ids: <byte length of consumer>:<consumer><tag>, tag '#<index>',
 -- 'L<lane>' or 'G<lane>'.
 local function cid_of(consumer, tag)
