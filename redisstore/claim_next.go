@@ -264,10 +264,12 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	if _, open := s.claimable(ctx, s.served(ctx, req.Consumers)); !open {
 		return ClaimNextResult{ClaimResult: ClaimResult{Outcome: Settled}}, nil // every consumer it serves is paused
 	}
-	// Updates a shard refused earlier go before the index is read.
+	// Updates a shard refused earlier go before the index is read, and so
+	// do riding claim updates whose time has come.
 	s.flushLate(ctx)
+	s.sendDueRiders(ctx)
 	claim := func(session string, limit int) (ClaimResult, error) {
-		return s.claimAvailable(refusalsOnce(ctx), ClaimRequest{
+		return s.claimAvailable(claimMarksRide(refusalsOnce(ctx)), ClaimRequest{
 			Session: session, Holder: req.Holder, TTL: req.TTL, Exclude: req.Exclude,
 			Consumers: req.Consumers, MaxFailures: req.MaxFailures, Limit: limit,
 		})
@@ -335,13 +337,26 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 	now := s.now()
 	shards, seen := view.pick(s.cfg.ReadyShards, now, req.AllShards)
 	read := make([][]rueidis.ZScore, len(shards))
+	// A shard's read takes as many entries more as this store has claim
+	// updates riding for it (those sessions are passed over: see ride),
+	// so that riding sessions listed first never hide the due ones behind
+	// them; past ridersRead a shard's riders are sent first instead.
+	wanted := make([]int, len(shards))
+	for i, shard := range shards {
+		riders := s.lines.riderCount(shard)
+		if riders > ridersRead {
+			s.sendRiders(ctx, shard)
+			riders = s.lines.riderCount(shard)
+		}
+		wanted[i] = claimNextCandidates + min(riders, ridersRead)
+	}
 	c := s.client
 	for from := 0; from < len(shards); from += claimNextPage {
 		page := shards[from:min(from+claimNextPage, len(shards))]
 		cmds := make(rueidis.Commands, 0, len(page))
-		for _, shard := range page {
+		for i, shard := range page {
 			key := keys.ReadyFor(s.cfg.Prefix, shard).Index()
-			cmds = append(cmds, c.B().Zrange().Key(key).Min("-inf").Max("+inf").Byscore().Limit(0, claimNextCandidates).Withscores().Build())
+			cmds = append(cmds, c.B().Zrange().Key(key).Min("-inf").Max("+inf").Byscore().Limit(0, int64(wanted[from+i])).Withscores().Build())
 		}
 		for i, reply := range s.doMulti(ctx, cmds...) {
 			entries, err := reply.AsZScores()
@@ -362,6 +377,7 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 		skippedIt = iota + 1
 		failedIt
 		claimedIt
+		ridingIt
 	)
 	fate := map[string]int{}
 	// Only a call that serves some consumers skips sessions that just gave
@@ -381,11 +397,20 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 		sort.Strings(names)
 		scope = strings.Join(names, "\x00")
 	}
-	for _, entries := range read {
+	// riding: the sessions passed over for this store's riding claim
+	// updates, with the time those list them at.
+	riding := map[string]int64{}
+	for i, entries := range read {
 		for _, e := range entries {
 			at := int64(e.Score)
 			if at > now {
 				break
+			}
+			if until, ok := s.lines.riding(shards[i], e.Member); ok && until > now {
+				// This store claimed it, and the update saying so rides.
+				fate[e.Member] = ridingIt
+				riding[e.Member] = until
+				continue
 			}
 			if skipping && s.skips.skip(scope, e.Member, at) {
 				fate[e.Member] = skippedIt
@@ -408,6 +433,8 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 				switch fate[e.Member] {
 				case skippedIt:
 					at = min(at, now+skipFor.Milliseconds())
+				case ridingIt:
+					at = min(at, riding[e.Member])
 				case claimedIt:
 					at = min(at, now)
 				case failedIt:
@@ -416,7 +443,7 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 					at = min(at, t)
 				}
 			}
-			if len(entries) == claimNextCandidates {
+			if len(entries) == wanted[i] {
 				// Sessions past the read sort at or after its last: look
 				// again from its time, or once the skips end when this
 				// call passed over or tried every entry it read (so a
@@ -426,6 +453,8 @@ func (s *Store) claimNext(ctx context.Context, req ClaimNextRequest) (ClaimNextR
 				switch t := int64(last.Score); {
 				case t > now || fate[last.Member] == 0 || fate[last.Member] == claimedIt:
 					at = min(at, t)
+				case fate[last.Member] == ridingIt:
+					at = min(at, now)
 				default:
 					at = min(at, now+skipFor.Milliseconds())
 				}

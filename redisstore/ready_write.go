@@ -100,7 +100,7 @@ func (s *Store) noteReady(ctx context.Context, session, mark string, compacted b
 	// Refusals (the shard's slot migrating) are retried within ReadyWait;
 	// ready_index applies only newer versions, so a repeat is harmless.
 	err := s.retrying(ctx, true, func(ctx context.Context) error {
-		return s.lines.send(ctx, shard, u, func(ctx context.Context, updates []readyUpdate) error {
+		return s.lines.send(ctx, shard, []readyUpdate{u}, func(ctx context.Context, updates []readyUpdate) error {
 			return s.applyReady(ctx, shard, updates)
 		})
 	})
@@ -117,6 +117,64 @@ func (s *Store) noteReady(ctx context.Context, session, mark string, compacted b
 	s.flushLate(ctx)
 }
 
+// claimMarksRideKey marks a context whose claims' ready marks may ride
+// (ClaimNext's: see deferClaimMark).
+type claimMarksRideKey struct{}
+
+// claimMarksRide returns ctx with its claims' ready marks riding.
+func claimMarksRide(ctx context.Context) context.Context {
+	return context.WithValue(ctx, claimMarksRideKey{}, true)
+}
+
+// deferClaimMark keeps the ready mark of a claim made for ClaimNext to
+// ride with its shard's next call (readyLines.ride) instead of sending it
+// and waiting, when the claim left the session held (claimed heads, no
+// free one: listed at the earliest end of a claim or hold, after now),
+// changed no dead letter and announces nothing; it reports whether it
+// did. A claim that left free heads is sent at once: it moves its session
+// behind the others (round robin), which this store's next claim must
+// see.
+func (s *Store) deferClaimMark(ctx context.Context, name, session, mark string) bool {
+	if ctx.Value(claimMarksRideKey{}) == nil || (name != "claim_fast" && name != "claim") {
+		return false
+	}
+	u, ok := parseReadyMark(session, mark)
+	if !ok || u.due || u.dead != "" {
+		return false
+	}
+	at, err := strconv.ParseInt(u.at, 10, 64)
+	if err != nil || at <= s.now() {
+		return false
+	}
+	s.lines.ride(keys.ReadyShard(session, s.cfg.ReadyShards), u)
+	return true
+}
+
+// ridersRead bounds the entries more a ClaimNext reads of a shard for
+// the claim updates riding for it (see ClaimNext).
+const ridersRead = 64
+
+// sendRiders sends the claim updates riding for shard.
+func (s *Store) sendRiders(ctx context.Context, shard int) {
+	_ = s.retrying(ctx, true, func(ctx context.Context) error {
+		return s.lines.send(ctx, shard, nil, func(ctx context.Context, updates []readyUpdate) error {
+			if len(updates) == 0 {
+				return nil
+			}
+			return s.applyReady(ctx, shard, updates)
+		})
+	})
+}
+
+// sendDueRiders sends the riding claim updates that list their sessions
+// at now or earlier (a claim that lapsed before its shard's next call):
+// ClaimNext passes a riding session over only until then.
+func (s *Store) sendDueRiders(ctx context.Context) {
+	for _, shard := range s.lines.dueRiders(s.now()) {
+		s.sendRiders(ctx, shard)
+	}
+}
+
 // readyLines coalesces the ready-index updates a store's writes send to
 // each shard: while one call to a shard is under way, the updates that come
 // meanwhile wait and go together in the next call (group commit: each
@@ -129,17 +187,152 @@ type readyLines struct {
 	lines map[int]*readyLine
 }
 
-// readyLine is one shard's: the call under way (sem) and the group that
-// forms meanwhile.
+// readyLine is one shard's: the call under way (sem), the group that
+// forms meanwhile, and the claims' updates that ride with the next call
+// (see ride).
 type readyLine struct {
-	sem  chan struct{}
-	next *readyGroup
+	sem    chan struct{}
+	next   *readyGroup
+	riders map[string]readyUpdate
+	// sending holds the riders the call under way took, until it is done:
+	// their sessions are still passed over (the index lists them at their
+	// earlier time until the call applies them).
+	sending map[string]readyUpdate
+}
+
+// ridersLimit bounds the updates a shard's line keeps riding; past it a
+// claim's update is dropped (its session stays listed at its earlier
+// time: safe, see ride).
+const ridersLimit = 4096
+
+// newestOf returns the newer of two updates of one session. When the
+// older one changed the dead index and the newer says nothing of it, the
+// newer carries the removal (a session holding dead letters sends its
+// state with every update, so "" there is none left).
+func newestOf(a, b readyUpdate) readyUpdate {
+	if newerVersion(a.version, b.version) {
+		a, b = b, a
+	}
+	if b.dead == "" && a.dead != "" {
+		b.dead = "0"
+	}
+	return b
+}
+
+// ride keeps u, a claim's update, for the shard's next call, which any
+// write of this store to a session of the shard sends (or ClaimNext, once
+// u's time has come): the claim returns without waiting for it. A
+// session's newer update in that call replaces it, so a session claimed
+// and completed between two calls to its shard costs the index one
+// update, not two. Until it goes, the index lists the session at its
+// earlier time: listing work early is safe (a claim there finds the
+// session busy and lists it again from its true state), and this store's
+// ClaimNext passes the session over meanwhile (riding).
+func (l *readyLines) ride(shard int, u readyUpdate) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line := l.lineLocked(shard)
+	if line.riders == nil {
+		line.riders = map[string]readyUpdate{}
+	}
+	if old, ok := line.riders[u.session]; ok {
+		u = newestOf(old, u)
+	} else if len(line.riders) >= ridersLimit {
+		return
+	}
+	line.riders[u.session] = u
+}
+
+// riding returns the time (epoch ms) a claim's update still riding for
+// session lists it at, and whether there is one.
+func (l *readyLines) riding(shard int, session string) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line := l.lines[shard]
+	if line == nil {
+		return 0, false
+	}
+	u, ok := line.riders[session]
+	if !ok {
+		if u, ok = line.sending[session]; !ok {
+			return 0, false
+		}
+	}
+	at, err := strconv.ParseInt(u.at, 10, 64)
+	return at, err == nil
+}
+
+// riderCount returns how many claim updates ride for shard.
+func (l *readyLines) riderCount(shard int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if line := l.lines[shard]; line != nil {
+		return len(line.riders)
+	}
+	return 0
+}
+
+// dueRiders returns the shards whose riding updates list a session at now
+// or earlier (its claim lapsed with the update unsent).
+func (l *readyLines) dueRiders(now int64) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var shards []int
+	for shard, line := range l.lines {
+		for _, u := range line.riders {
+			if at, err := strconv.ParseInt(u.at, 10, 64); err != nil || at <= now {
+				shards = append(shards, shard)
+				break
+			}
+		}
+	}
+	return shards
+}
+
+// withRiders merges the line's riders into updates (a session's newest
+// update only) and empties them (l.mu held).
+func (line *readyLine) withRidersLocked(updates []readyUpdate) []readyUpdate {
+	if len(line.riders) == 0 {
+		return updates
+	}
+	line.sending = line.riders
+	merged := map[string]bool{}
+	for i, u := range updates {
+		if r, ok := line.riders[u.session]; ok {
+			updates[i] = newestOf(r, u)
+			merged[u.session] = true
+		}
+	}
+	for _, r := range line.riders {
+		if !merged[r.session] {
+			updates = append(updates, r)
+		}
+	}
+	line.riders = nil
+	return updates
+}
+
+// giveBackLocked keeps the riders of a call that failed for the next one
+// (l.mu held).
+func (line *readyLine) giveBackLocked(riders []readyUpdate) {
+	for _, r := range riders {
+		if line.riders == nil {
+			line.riders = map[string]readyUpdate{}
+		}
+		if old, ok := line.riders[r.session]; ok {
+			r = newestOf(old, r)
+		} else if len(line.riders) >= ridersLimit {
+			continue
+		}
+		line.riders[r.session] = r
+	}
 }
 
 // readyGroup is the updates one call sends, and its outcome once done is
 // closed.
 type readyGroup struct {
 	updates []readyUpdate
+	led     bool
 	done    chan struct{}
 	err     error
 }
@@ -157,10 +350,12 @@ func (l *readyLines) lineLocked(shard int) *readyLine {
 	return line
 }
 
-// send applies u to shard with apply, in a group with the updates that
-// come while the shard's call under way ends: the group's first writer
-// sends it (on its context), the others wait for it (or their context).
-func (l *readyLines) send(ctx context.Context, shard int, u readyUpdate, apply func(context.Context, []readyUpdate) error) error {
+// send applies own (one update, or none to send only the riders) to
+// shard with apply, in a group with the updates that come while the
+// shard's call under way ends and the claims' updates riding: the
+// group's first writer sends it (on its context), the others wait for it
+// (or their context).
+func (l *readyLines) send(ctx context.Context, shard int, own []readyUpdate, apply func(context.Context, []readyUpdate) error) error {
 	l.mu.Lock()
 	line := l.lineLocked(shard)
 	g := line.next
@@ -168,8 +363,9 @@ func (l *readyLines) send(ctx context.Context, shard int, u readyUpdate, apply f
 		g = &readyGroup{done: make(chan struct{})}
 		line.next = g
 	}
-	g.updates = append(g.updates, u)
-	lead := len(g.updates) == 1
+	g.updates = append(g.updates, own...)
+	lead := !g.led
+	g.led = true
 	l.mu.Unlock()
 	if !lead {
 		select {
@@ -181,24 +377,38 @@ func (l *readyLines) send(ctx context.Context, shard int, u readyUpdate, apply f
 	}
 	// Close the group to newcomers once it is its turn (or its writer
 	// gives up: the group fails, and each writer keeps its update for
-	// later, as after any failed update).
+	// later, as after any failed update), the riders taken along.
+	var riders []readyUpdate
 	closeGroup := func() []readyUpdate {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if line.next == g {
 			line.next = nil
 		}
+		n := len(g.updates)
+		g.updates = line.withRidersLocked(g.updates)
+		riders = g.updates[n:]
 		return g.updates
 	}
 	select {
 	case line.sem <- struct{}{}:
 	case <-ctx.Done():
 		closeGroup()
+		l.mu.Lock()
+		line.sending = nil
+		line.giveBackLocked(riders)
+		l.mu.Unlock()
 		g.err = ctx.Err()
 		close(g.done)
 		return g.err
 	}
 	g.err = apply(ctx, closeGroup())
+	l.mu.Lock()
+	line.sending = nil
+	if g.err != nil {
+		line.giveBackLocked(riders)
+	}
+	l.mu.Unlock()
 	<-line.sem
 	close(g.done)
 	return g.err

@@ -397,7 +397,7 @@ func (s *Store) runTry(ctx context.Context, name, session string, args []string)
 	}
 	values, _ := msg.ToArray()
 	values, mark := popReadyMark(values)
-	if mark != "" {
+	if mark != "" && !s.deferClaimMark(ctx, name, session, mark) {
 		s.noteReady(ctx, session, mark, selfCompacting(name, args))
 	}
 	if endsClaims[name] {
