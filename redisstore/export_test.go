@@ -1,5 +1,7 @@
 package redisstore
 
+import "time"
+
 // LateReadyUpdates returns how many ready-index updates s keeps to send
 // again (see noteReady).
 func LateReadyUpdates(s *Store) int64 { return s.late.n.Load() }
@@ -36,4 +38,12 @@ func ReadyLineWaiting(s *Store, shard int) int {
 		return len(line.next.updates)
 	}
 	return 0
+}
+
+// RideFor sets how long s's claim updates ride before their shard's line
+// sends them on its own (a test that looks at what rides sets an hour).
+func RideFor(s *Store, d time.Duration) {
+	s.lines.mu.Lock()
+	defer s.lines.mu.Unlock()
+	s.lines.rideFor = d
 }

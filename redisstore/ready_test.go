@@ -311,11 +311,20 @@ func TestClaimNextConcurrentCallersClaimEachHeadOnce(t *testing.T) {
 		}
 		assert.Equal(t, 0, dup, "heads claimed twice")
 		assert.Len(t, seen, sessions*perSession*2, "every (consumer, event) claimed")
-		stats, err := e.store.ReadyStats(e.ctx)
-		require.NoError(t, err)
-		for _, st := range stats {
-			assert.Zero(t, st.Due+st.Held, "shard %d lists nothing once all is done", st.Shard)
-		}
+		// The last completions' updates may still ride (they go within
+		// the ride, 5 ms, on their own).
+		var listed []redisstore.ReadyShardStats
+		require.Eventually(t, func() bool {
+			stats, err := e.store.ReadyStats(e.ctx)
+			require.NoError(t, err)
+			listed = listed[:0]
+			for _, st := range stats {
+				if st.Due+st.Held > 0 {
+					listed = append(listed, st)
+				}
+			}
+			return len(listed) == 0
+		}, 30*time.Second, 5*time.Millisecond, "shards list nothing once all is done: %+v", listed)
 	})
 }
 

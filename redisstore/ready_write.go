@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +91,12 @@ func (s *Store) noteReady(ctx context.Context, session, mark string, compacted b
 		return
 	}
 	shard := keys.ReadyShard(session, s.cfg.ReadyShards)
+	if s.rideAlong(shard, u) {
+		if u.at == "" && !s.cfg.NoCompaction && !compacted {
+			s.compactLog(ctx, session)
+		}
+		return
+	}
 	wait := waitWithin(ctx, s.cfg.ReadyWait)
 	if wait <= 0 {
 		s.late.keep(shard, u)
@@ -150,6 +157,11 @@ func (s *Store) deferClaimMark(ctx context.Context, name, session, mark string) 
 	return true
 }
 
+// rideFor is how long a claim's update rides at most before its shard's
+// line sends it on its own (see readyLines.ride): the time another process
+// may meet a session this store claimed as listed at its earlier time.
+const rideFor = 5 * time.Millisecond
+
 // ridersRead bounds the entries more a ClaimNext reads of a shard for
 // the claim updates riding for it (see ClaimNext).
 const ridersRead = 64
@@ -185,6 +197,10 @@ func (s *Store) sendDueRiders(ctx context.Context) {
 type readyLines struct {
 	mu    sync.Mutex
 	lines map[int]*readyLine
+	// rideFor bounds how long an update rides (see ride); flush sends a
+	// shard's riders once it has passed. Set by New.
+	rideFor time.Duration
+	flush   func(shard int)
 }
 
 // readyLine is one shard's: the call under way (sem), the group that
@@ -198,6 +214,8 @@ type readyLine struct {
 	// their sessions are still passed over (the index lists them at their
 	// earlier time until the call applies them).
 	sending map[string]readyUpdate
+	// timer sends the riders rideFor after the first of them came.
+	timer *time.Timer
 }
 
 // ridersLimit bounds the updates a shard's line keeps riding; past it a
@@ -241,6 +259,63 @@ func (l *readyLines) ride(shard int, u readyUpdate) {
 		return
 	}
 	line.riders[u.session] = u
+	l.armLocked(shard, line)
+}
+
+// rideAlong keeps u riding when an update of its session already rides
+// (or is being sent) and u neither announces work nor changes the dead
+// index nor lists work claimable now: a completion of a session whose
+// claim's update still rides replaces it there, so a session claimed and
+// completed between two calls to its shard costs the index one update.
+// It reports whether it did.
+func (s *Store) rideAlong(shard int, u readyUpdate) bool {
+	if u.due || u.dead != "" {
+		return false
+	}
+	if u.at != "" {
+		if at, err := strconv.ParseInt(u.at, 10, 64); err != nil || at <= s.now() {
+			return false
+		}
+	}
+	l := &s.lines
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line := l.lines[shard]
+	if line == nil {
+		return false
+	}
+	if _, ok := line.riders[u.session]; !ok {
+		if _, sending := line.sending[u.session]; !sending {
+			return false
+		}
+	}
+	if line.riders == nil {
+		line.riders = map[string]readyUpdate{}
+	}
+	if old, ok := line.riders[u.session]; ok {
+		u = newestOf(old, u)
+	}
+	line.riders[u.session] = u
+	l.armLocked(shard, line)
+	return true
+}
+
+// armLocked starts the line's ride timer when it has riders and none runs
+// (l.mu held).
+func (l *readyLines) armLocked(shard int, line *readyLine) {
+	if line.timer != nil || len(line.riders) == 0 || l.flush == nil {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(l.rideFor, func() {
+		l.mu.Lock()
+		if line.timer == t {
+			line.timer = nil
+		}
+		l.mu.Unlock()
+		l.flush(shard)
+	})
+	line.timer = t
 }
 
 // riding returns the time (epoch ms) a claim's update still riding for
@@ -257,6 +332,10 @@ func (l *readyLines) riding(shard int, session string) (int64, bool) {
 		if u, ok = line.sending[session]; !ok {
 			return 0, false
 		}
+	}
+	if u.at == "" {
+		// Settled: passed over until the update goes.
+		return math.MaxInt64, true
 	}
 	at, err := strconv.ParseInt(u.at, 10, 64)
 	return at, err == nil
@@ -280,6 +359,9 @@ func (l *readyLines) dueRiders(now int64) []int {
 	var shards []int
 	for shard, line := range l.lines {
 		for _, u := range line.riders {
+			if u.at == "" {
+				continue
+			}
 			if at, err := strconv.ParseInt(u.at, 10, 64); err != nil || at <= now {
 				shards = append(shards, shard)
 				break
@@ -309,12 +391,17 @@ func (line *readyLine) withRidersLocked(updates []readyUpdate) []readyUpdate {
 		}
 	}
 	line.riders = nil
+	if line.timer != nil {
+		line.timer.Stop()
+		line.timer = nil
+	}
 	return updates
 }
 
 // giveBackLocked keeps the riders of a call that failed for the next one
 // (l.mu held).
-func (line *readyLine) giveBackLocked(riders []readyUpdate) {
+func (l *readyLines) giveBackLocked(shard int, line *readyLine, riders []readyUpdate) {
+	defer l.armLocked(shard, line)
 	for _, r := range riders {
 		if line.riders == nil {
 			line.riders = map[string]readyUpdate{}
@@ -396,7 +483,7 @@ func (l *readyLines) send(ctx context.Context, shard int, own []readyUpdate, app
 		closeGroup()
 		l.mu.Lock()
 		line.sending = nil
-		line.giveBackLocked(riders)
+		l.giveBackLocked(shard, line, riders)
 		l.mu.Unlock()
 		g.err = ctx.Err()
 		close(g.done)
@@ -406,7 +493,7 @@ func (l *readyLines) send(ctx context.Context, shard int, own []readyUpdate, app
 	l.mu.Lock()
 	line.sending = nil
 	if g.err != nil {
-		line.giveBackLocked(riders)
+		l.giveBackLocked(shard, line, riders)
 	}
 	l.mu.Unlock()
 	<-line.sem

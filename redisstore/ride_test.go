@@ -21,6 +21,9 @@ import (
 func TestClaimUpdatesRide(t *testing.T) {
 	const ttl = time.Minute
 	eachWith(t, func(c *redisstore.Config) { c.ReadyShards = 1 }, func(t *testing.T, e *env) {
+		// Nothing rides out on its own here (see
+		// TestRidingUpdatesGoOnTheirOwn): every step decides what is sent.
+		redisstore.RideFor(e.store, time.Hour)
 		other, err := redisstore.New(e.ctx, e.client, redisstore.Config{Prefix: e.prefix, Clock: e.clock.Now, ReadyShards: 1})
 		require.NoError(t, err)
 		appendOne := func(s *redisstore.Store, session string) {
@@ -52,14 +55,18 @@ func TestClaimUpdatesRide(t *testing.T) {
 		again := claimNext(e.store)
 		assert.Empty(t, again.Session, "a riding session is passed over")
 
-		// The completion's update replaces the riding one: a leaves the
-		// index in one update.
+		// The completion's update rides in place of the claim's: a leaves
+		// the index in one update, with the store's next write of the
+		// shard; meanwhile this store passes it over.
 		_, err = e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: "a", Attempts: []redisstore.Attempt{{Head: r.Heads[0].Ref(), Attempt: r.Heads[0].Attempts}}})
 		require.NoError(t, err)
-		assert.False(t, listed("a").Listed, "completed: a left the index")
+		assert.True(t, listed("a").Listed, "the completion's update rides")
+		again = claimNext(e.store)
+		assert.Empty(t, again.Session, "a settled riding session is passed over")
+		appendOne(e.store, "b")
+		assert.False(t, listed("a").Listed, "completed: a left the index with the next write")
 
 		// A riding update goes with the store's next write of the shard.
-		appendOne(e.store, "b")
 		r = claimNext(e.store)
 		require.Equal(t, "b", r.Session)
 		assert.True(t, listed("b").Due)
@@ -109,5 +116,23 @@ func TestClaimUpdatesRide(t *testing.T) {
 		require.Equal(t, "lapse", r.Session)
 		require.Len(t, r.Heads, 1)
 		assert.Equal(t, int64(2), r.Heads[0].Attempts, "taken over")
+	})
+}
+
+// With the default ride time, riding updates go on their own: a session
+// claimed and completed leaves the index with nothing else written.
+func TestRidingUpdatesGoOnTheirOwn(t *testing.T) {
+	eachWith(t, func(c *redisstore.Config) { c.ReadyShards = 1 }, func(t *testing.T, e *env) {
+		_, err := e.store.Append(e.ctx, "a", []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		r, err := e.store.ClaimNext(e.ctx, redisstore.ClaimNextRequest{Holder: "w", TTL: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, "a", r.Session)
+		_, err = e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: "a", Attempts: []redisstore.Attempt{{Head: r.Heads[0].Ref(), Attempt: r.Heads[0].Attempts}}})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			st, err := e.store.ReadyAt(e.ctx, "a")
+			return err == nil && !st.Listed
+		}, 30*time.Second, 5*time.Millisecond, "the riding update never went")
 	})
 }

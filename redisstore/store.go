@@ -231,6 +231,12 @@ func New(ctx context.Context, client rueidis.Client, cfg Config) (*Store, error)
 	}
 	s := &Store{client: client, cfg: cfg, schema: keys.Schema(cfg.Prefix), blockIDs: blockIDs}
 	s.scripts = s.loader(client)
+	s.lines.rideFor = rideFor
+	s.lines.flush = func(shard int) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ReadyWait)
+		defer cancel()
+		s.sendRiders(ctx, shard)
+	}
 	switch cfg.KeyLocking {
 	case KeyLockingOn:
 		s.locking = 1
