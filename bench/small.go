@@ -65,6 +65,42 @@ func smallScenarios() []*scenario {
 			},
 		})
 	}
+	// Two worker processes (two stores, each with its own client state and
+	// ready-index lines) over the one-event shape: what one process's
+	// claims cost the other (a session the other claimed that it meets in
+	// the index).
+	list = append(list, &scenario{
+		id:     smallID(1) + "/workers=2",
+		system: SystemA2, kind: KindProcess,
+		title: fmt.Sprintf("two worker runtimes (two stores on one prefix, default settings: Concurrency %d each; AllConsumers), "+
+			"an event consumer over %s sessions of 1 event each: the backlog appended 1 event per call, then drained by both",
+			worker.DefaultConcurrency, thousands(smallSessions)),
+		events: smallSessions, ceiling: "streams/group", asynq: smallReference,
+		count: func(h *harness) int { return h.smallSessionCount() },
+		run: func(ctx context.Context, h *harness, n int) (Measurement, error) {
+			st, prefix, err := h.workerStore(ctx, nil)
+			if err != nil {
+				return Measurement{}, err
+			}
+			second, err := redisstore.New(ctx, h.client, redisstore.Config{Prefix: prefix})
+			if err != nil {
+				return Measurement{}, fmt.Errorf("a2bench: redisstore.New: %w", err)
+			}
+			names := sessionNames(n)
+			m, err := h.a2Process(ctx, st, prefix, n, n, redisstore.AppendOptions{}, func(i int) (string, a2redis.Event) {
+				return names[i], a2redis.Event{Type: "order.placed", Payload: payload, Targets: []a2redis.Target{{Consumer: a2Consumer}}}
+			}, func(ctx context.Context) (int64, int64, error) {
+				handled, err := runWorkers(ctx, []*redisstore.Store{st, second}, a2Consumer, n, noop)
+				return handled, 0, err
+			})
+			if m.Notes == nil {
+				m.Notes = map[string]float64{}
+			}
+			m.Notes["sessions"] = float64(n)
+			m.Notes["events_per_session"] = 1
+			return m, err
+		},
+	})
 	list = append(list, &scenario{
 		id:     fmt.Sprintf("a2redis/worker/churn/sessions-per-sec=%d", churnRate),
 		system: SystemA2, kind: KindLatency,

@@ -150,6 +150,46 @@ func runWorker(ctx context.Context, st *redisstore.Store, consumer string, n int
 	return completed.Load(), err
 }
 
+// runWorkers runs a worker on each store (one process each, as far as the
+// store's own state goes) until n heads completed among them, then stops
+// them all.
+func runWorkers(ctx context.Context, stores []*redisstore.Store, consumer string, n int, handler worker.Handler) (int64, error) {
+	var completed atomic.Int64
+	var workers []*worker.Worker
+	for _, st := range stores {
+		w, err := worker.New(st, worker.Config{
+			Concurrency:  workerConcurrency,
+			AllConsumers: len(st.Consumers()) == 0,
+			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Hooks: worker.Hooks{OnOutcome: func(_ context.Context, o worker.Outcome) {
+				if o.Kind == worker.OutcomeCompleted {
+					completed.Add(1)
+				}
+			}},
+		}, worker.Handle(consumer, handler))
+		if err != nil {
+			return 0, err
+		}
+		workers = append(workers, w)
+	}
+	done := make(chan error, len(workers))
+	for _, w := range workers {
+		go func() { done <- w.Run(ctx) }()
+	}
+	err := waitFor(ctx, 2*time.Minute, "the workers", func() bool { return completed.Load() >= int64(n) })
+	for _, w := range workers {
+		if serr := w.Shutdown(ctx); err == nil {
+			err = serr
+		}
+	}
+	for range workers {
+		if rerr := <-done; err == nil {
+			err = rerr
+		}
+	}
+	return completed.Load(), err
+}
+
 func noop(context.Context, a2redis.HeadEvent) ([]a2redis.Event, error) { return nil, nil }
 
 func workerEventCursors(ctx context.Context, h *harness, n, sessions int) (Measurement, error) {
