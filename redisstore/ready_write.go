@@ -399,9 +399,10 @@ func (line *readyLine) withRidersLocked(updates []readyUpdate) []readyUpdate {
 }
 
 // giveBackLocked keeps the riders of a call that failed for the next one
-// (l.mu held).
-func (l *readyLines) giveBackLocked(shard int, line *readyLine, riders []readyUpdate) {
-	defer l.armLocked(shard, line)
+// (l.mu held): the store's next write of the shard, its next ClaimNext
+// past ridersRead, or the timer the next rider starts (none is started
+// here, so a store whose client closed stops trying).
+func (line *readyLine) giveBackLocked(riders []readyUpdate) {
 	for _, r := range riders {
 		if line.riders == nil {
 			line.riders = map[string]readyUpdate{}
@@ -483,7 +484,7 @@ func (l *readyLines) send(ctx context.Context, shard int, own []readyUpdate, app
 		closeGroup()
 		l.mu.Lock()
 		line.sending = nil
-		l.giveBackLocked(shard, line, riders)
+		line.giveBackLocked(riders)
 		l.mu.Unlock()
 		g.err = ctx.Err()
 		close(g.done)
@@ -493,7 +494,7 @@ func (l *readyLines) send(ctx context.Context, shard int, own []readyUpdate, app
 	l.mu.Lock()
 	line.sending = nil
 	if g.err != nil {
-		l.giveBackLocked(shard, line, riders)
+		line.giveBackLocked(riders)
 	}
 	l.mu.Unlock()
 	<-line.sem
