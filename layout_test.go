@@ -98,6 +98,7 @@ func layoutConstants() [][]layoutConstant {
 		{"HELD", keys.HeldOffset, "keys.HeldOffset"},
 		{"CHUNK_PIN", rows.ChunkPin, "rows.ChunkPin"},
 		{"CHUNK_PIN_VALUE", rows.ChunkPinValue, "rows.ChunkPinValue"},
+		{"CHUNK_PIN_FROM", rows.ChunkPinFrom, "rows.ChunkPinFrom"},
 		{"SLICE", scripts.SliceArgs, "scripts.SliceArgs"},
 		{"PENDING_SCAN", scripts.PendingScan, "scripts.PendingScan"},
 		{"PENDING_PAGE", scripts.PendingPage, "scripts.PendingPage"},

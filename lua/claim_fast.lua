@@ -113,8 +113,10 @@ for _, chunk in ipairs(order) do
     local prefix, kind = prefixes[i], kinds[i]
     --@inline fresh_claim
   end
-  fields[#fields + 1] = CHUNK_PIN
-  fields[#fields + 1] = CHUNK_PIN_VALUE
+  if total >= CHUNK_PIN_FROM then
+    fields[#fields + 1] = CHUNK_PIN
+    fields[#fields + 1] = CHUNK_PIN_VALUE
+  end
   sliced('HSET', chunk.key, fields)
 end
 local held, scores = int(HELD + tonumber(expires_at)), {}

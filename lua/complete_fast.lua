@@ -200,8 +200,10 @@ for _, chunk in ipairs(order) do
     end
   end
   if #sets > 0 then
-    sets[#sets + 1] = CHUNK_PIN
-    sets[#sets + 1] = CHUNK_PIN_VALUE
+    if total >= CHUNK_PIN_FROM then
+      sets[#sets + 1] = CHUNK_PIN
+      sets[#sets + 1] = CHUNK_PIN_VALUE
+    end
     sliced('HSET', chunk.key, sets)
     sliced('HDEL', chunk.key, drops)
   end
@@ -226,8 +228,10 @@ if claimed and #moved > 0 then
     claimed[#claimed + 1] = { consumer, kind, idx }
   end
   for _, chunk in ipairs(group_order) do
-    chunk.names[#chunk.names + 1] = CHUNK_PIN
-    chunk.names[#chunk.names + 1] = CHUNK_PIN_VALUE
+    if total >= CHUNK_PIN_FROM then
+      chunk.names[#chunk.names + 1] = CHUNK_PIN
+      chunk.names[#chunk.names + 1] = CHUNK_PIN_VALUE
+    end
     sliced('HSET', chunk.key, chunk.names)
   end
   if #claimed == 1 and entry then claimed[1][4] = entry end

@@ -40,7 +40,9 @@ func handleAll(t *testing.T, e *env, session string) {
 // on every target; on a real server its log and head chunk are rebuilt
 // (the chunk a listpack without its pin, the live count gone), and the
 // next claim turns the chunk back into a pinned hashtable. miniredis
-// cannot DUMP a stream: there the session is left as it was.
+// cannot DUMP a stream: there the session is left as it was. A session of
+// fewer than rows.ChunkPinFrom events never pins its chunk: a listpack
+// from its first row, left as it is by the rebuild.
 func TestCompactionKeepsTheSession(t *testing.T) {
 	for _, tg := range redistest.Targets {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -57,18 +59,64 @@ func compactionKeepsTheSession(t *testing.T, e *env, real bool) {
 		return a2redis.Event{ID: "e" + string(rune('a'+i)), Type: "t", Payload: []byte(`{"n":1}`),
 			Targets: []a2redis.Target{{Consumer: "c"}, {Consumer: "o", Lane: "l"}}}
 	}
-	stored := appendN(t, e, session, 5, mk)
-	handleAll(t, e, session)
-	pin, err := e.client.Do(e.ctx, e.client.B().Hexists().Key(k.Heads(0)).Field(rows.ChunkPin).Build()).AsBool()
+	encoding := func(what string) string {
+		t.Helper()
+		enc, err := e.client.Do(e.ctx, e.client.B().ObjectEncoding().Key(k.Heads(0)).Build()).ToString()
+		require.NoError(t, err, what)
+		return enc
+	}
+	pinned := func() bool {
+		t.Helper()
+		pin, err := e.client.Do(e.ctx, e.client.B().Hexists().Key(k.Heads(0)).Field(rows.ChunkPin).Build()).AsBool()
+		require.NoError(t, err)
+		return pin
+	}
+	completeClaimed := func(cl redisstore.ClaimResult) {
+		t.Helper()
+		done := make([]redisstore.Attempt, len(cl.Heads))
+		for i, h := range cl.Heads {
+			done[i] = redisstore.AttemptOf(h)
+		}
+		_, err := e.store.CompleteAttempts(e.ctx, redisstore.CompleteAttemptsRequest{Session: session, Attempts: done})
+		require.NoError(t, err)
+	}
+	// A small session: never pinned, a listpack while it works.
+	small := rows.ChunkPinFrom - 2
+	stored := appendN(t, e, session, small, mk)
+	cl, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute, Limit: 1})
 	require.NoError(t, err)
-	assert.Equal(t, !real, pin, "the settled chunk's pin (gone where the session was rebuilt)")
+	require.Len(t, cl.Heads, 1)
+	assert.False(t, pinned(), "a session below rows.ChunkPinFrom events pins nothing")
+	if real {
+		assert.Equal(t, "listpack", encoding("a small session's live chunk"))
+	}
+	completeClaimed(cl)
+	handleAll(t, e, session)
+	assert.False(t, pinned())
+	if real {
+		assert.Equal(t, "listpack", encoding("a small session's settled chunk"))
+	}
+
+	// Past rows.ChunkPinFrom events: pinned while live, rebuilt at settle.
+	total := rows.ChunkPinFrom + 1
+	for i := small; i < total; i++ {
+		stored = append(stored, appendN(t, e, session, 1, func(int) a2redis.Event { return mk(i) })...)
+	}
+	cl, err = e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, cl.Heads, 1)
+	assert.True(t, pinned(), "a session past rows.ChunkPinFrom events pins its chunk")
+	if real {
+		assert.Equal(t, "hashtable", encoding("a big session's live chunk"))
+	}
+	completeClaimed(cl)
+	handleAll(t, e, session)
+	assert.Equal(t, !real, pinned(), "the settled chunk's pin (gone where the session was rebuilt)")
 	live, err := e.client.Do(e.ctx, e.client.B().Exists().Key(k.Live()).Build()).AsInt64()
 	require.NoError(t, err)
 	assert.Equal(t, map[bool]int64{true: 0, false: 1}[real], live, "the live count of 0")
 	if real {
-		enc, err := e.client.Do(e.ctx, e.client.B().ObjectEncoding().Key(k.Heads(0)).Build()).ToString()
-		require.NoError(t, err)
-		assert.Equal(t, "listpack", enc, "the settled chunk")
+		assert.Equal(t, "listpack", encoding("the settled chunk"))
 		used, err := e.client.Do(e.ctx, e.client.B().MemoryUsage().Key(k.Log()).Samples(0).Build()).AsInt64()
 		require.NoError(t, err)
 		assert.Less(t, used, int64(2048), "the log rebuilt to its size")
@@ -77,46 +125,42 @@ func compactionKeepsTheSession(t *testing.T, e *env, real bool) {
 	read, err := e.store.Read(e.ctx, session, 0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, stored, read)
-	for _, ref := range []a2redis.HeadRef{{Consumer: "c", Index: 3}, {Consumer: "o", Lane: "l", Index: 5}} {
+	for _, ref := range []a2redis.HeadRef{{Consumer: "c", Index: 3}, {Consumer: "o", Lane: "l", Index: int64(total)}} {
 		rec, err := e.store.HeadRecord(e.ctx, session, ref)
 		require.NoError(t, err)
 		assert.True(t, rec.Done, "%v", ref)
 		assert.Equal(t, int64(1), rec.Attempt, "%v", ref)
 	}
-	replay := make([]a2redis.Event, 5)
+	replay := make([]a2redis.Event, small)
 	for i := range replay {
 		replay[i] = mk(i)
 	}
 	again, err := e.store.Append(e.ctx, session, replay, redisstore.AppendOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, stored, again.Events, "a replay of the batch")
+	assert.Equal(t, stored[:small], again.Events, "a replay of the batch")
 	cursors, err := e.store.Cursors(e.ctx, session)
 	require.NoError(t, err)
 	for _, c := range cursors {
-		assert.Equal(t, int64(5), c.Position, "%+v", c)
+		assert.Equal(t, int64(total), c.Position, "%+v", c)
 	}
 
 	// The session goes on: indexes stay dense, the chunk is pinned again
 	// as soon as a head is written, and the next settle rebuilds it.
-	more, err := e.store.Append(e.ctx, session, []a2redis.Event{mk(5), mk(6)}, redisstore.AppendOptions{})
+	more, err := e.store.Append(e.ctx, session, []a2redis.Event{mk(total), mk(total + 1)}, redisstore.AppendOptions{})
 	require.NoError(t, err)
 	require.Len(t, more.Events, 2)
-	assert.Equal(t, int64(6), more.Events[0].Index)
-	cl, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute})
+	assert.Equal(t, int64(total+1), more.Events[0].Index)
+	cl, err = e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: session, Holder: "w", TTL: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, cl.Heads, 3, "two event heads and the lane's next")
-	pinned, err := e.client.Do(e.ctx, e.client.B().Hget().Key(k.Heads(0)).Field(rows.ChunkPin).Build()).ToString()
-	require.NoError(t, err)
-	assert.Equal(t, rows.ChunkPinValue, pinned)
+	assert.True(t, pinned())
 	if real {
-		enc, err := e.client.Do(e.ctx, e.client.B().ObjectEncoding().Key(k.Heads(0)).Build()).ToString()
-		require.NoError(t, err)
-		assert.Equal(t, "hashtable", enc, "a chunk with live heads")
+		assert.Equal(t, "hashtable", encoding("a chunk with live heads"))
 	}
 	handleAll(t, e, session)
 	read, err = e.store.Read(e.ctx, session, 0, 0)
 	require.NoError(t, err)
-	require.Len(t, read, 7)
+	require.Len(t, read, total+2)
 	for i, ev := range read {
 		assert.Equal(t, int64(i+1), ev.Index)
 	}

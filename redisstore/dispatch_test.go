@@ -474,8 +474,10 @@ func TestCompleteReplaysIDsThatAreNotUTF8(t *testing.T) {
 	})
 }
 
-// A head chunk stays in hashtable encoding from its first write: in a
-// listpack every row read or write would scan the whole chunk.
+// A head chunk of a session of rows.ChunkPinFrom events or more stays in
+// hashtable encoding from its first write: in a listpack every row read or
+// write would scan the whole chunk. (A smaller session's chunk is a small
+// listpack: TestCompactionKeepsTheSession.)
 func TestHeadChunksUseHashtableEncoding(t *testing.T) {
 	for _, tg := range redistest.Targets {
 		if tg.Name == "miniredis" {
@@ -484,9 +486,13 @@ func TestHeadChunksUseHashtableEncoding(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, tg)
-			_, err := e.store.Append(e.ctx, "s", []a2redis.Event{{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}}, redisstore.AppendOptions{})
+			batch := make([]a2redis.Event, rows.ChunkPinFrom)
+			for i := range batch {
+				batch[i] = a2redis.Event{Type: "t", Targets: []a2redis.Target{{Consumer: "c"}}}
+			}
+			_, err := e.store.Append(e.ctx, "s", batch, redisstore.AppendOptions{})
 			require.NoError(t, err)
-			c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "h", TTL: time.Minute})
+			c, err := e.store.ClaimAvailable(e.ctx, redisstore.ClaimRequest{Session: "s", Holder: "h", TTL: time.Minute, Limit: 1})
 			require.NoError(t, err)
 			require.Len(t, c.Heads, 1)
 			key := keysFor(e, "s").Heads(0)

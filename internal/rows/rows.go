@@ -36,6 +36,13 @@ func HeadChunk(index int64) int64 {
 // listpack.
 const ChunkPin = "~"
 
+// ChunkPinFrom is the session head (events appended in all) from which
+// writes to a heads hash set its pin: a session with fewer events keeps
+// its few rows in a small listpack (Redis converts one past
+// hash-max-listpack-entries by itself), which the rebuild at settle then
+// leaves as it is — a small session is never pinned, so never rebuilt.
+const ChunkPinFrom = 8
+
 // ChunkPinValue is the value of [ChunkPin].
 const ChunkPinValue = "hashtable-encoding-pin-hashtable-encoding-pin-hashtable-encoding-pin"
 

@@ -8,9 +8,9 @@
 -- compacted: 1 when the settled session's log `log` (the session's head
 -- `head`) and the head chunks of its indexes were rebuilt to their size
 -- (DUMP + RESTORE, REPLACE, no expiry: the same entries, last id and
--- entries added; a chunk without its pin field, CHUNK_PIN, which keeps
--- live chunks hashtables: a settled chunk is a sixth as big as a
--- listpack); 2 when the log is past the bounds (max_entries entries,
+-- entries added; a pinned chunk without its pin field, CHUNK_PIN, which
+-- keeps live chunks hashtables: a settled chunk is a sixth as big as a
+-- listpack; an unpinned one is small already); 2 when the log is past the bounds (max_entries entries,
 -- max_bytes bytes of MEMORY USAGE: it only grows until a reclaim); 0 when
 -- it is left as it is (no log, or a server that cannot tell a key's size
 -- or DUMP a stream: miniredis). Reads by compact_read (redis.call, or
@@ -37,9 +37,13 @@ else
     if head >= low then
       for c = math.floor((low - 1) / CHUNK), math.floor((head - 1) / CHUNK) do
         local key = session .. KEY_HEADS .. string.format('%d', c)
-        local fields = compact_read('HLEN', key)
-        if type(fields) == 'number' and fields > 0 and fields <= max_fields and redis.call('MEMORY', 'USAGE', key) <= max_bytes then
-          chunks[#chunks + 1] = key
+        -- An unpinned chunk (a session below CHUNK_PIN_FROM events) is a
+        -- listpack already, or a hashtable by its own size: left as it is.
+        if compact_read('HEXISTS', key, CHUNK_PIN) == 1 then
+          local fields = redis.call('HLEN', key)
+          if fields <= max_fields and redis.call('MEMORY', 'USAGE', key) <= max_bytes then
+            chunks[#chunks + 1] = key
+          end
         end
       end
     end

@@ -64,6 +64,7 @@ local CHUNK = 1000 -- rows.HeadChunkSize
 local HELD = 1125899906842624 -- keys.HeldOffset
 local CHUNK_PIN = '~' -- rows.ChunkPin
 local CHUNK_PIN_VALUE = 'hashtable-encoding-pin-hashtable-encoding-pin-hashtable-encoding-pin' -- rows.ChunkPinValue
+local CHUNK_PIN_FROM = 8 -- rows.ChunkPinFrom
 local SLICE = 1000 -- scripts.SliceArgs
 local PENDING_SCAN = 1024 -- scripts.PendingScan
 local PENDING_PAGE = 64 -- scripts.PendingPage

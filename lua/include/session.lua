@@ -403,8 +403,9 @@ local function commit()
   sliced('MSET', nil, strings)
   for _, key in ipairs(hset_order) do
     local fields = hsets[key]
-    -- Every write to a chunk sets its pin (see util).
-    if is_chunk[key] then
+    -- Every write to a chunk of a session past CHUNK_PIN_FROM events
+    -- sets its pin (see util).
+    if is_chunk[key] and total >= CHUNK_PIN_FROM then
       fields[#fields + 1] = CHUNK_PIN
       fields[#fields + 1] = CHUNK_PIN_VALUE
     end

@@ -6,11 +6,13 @@
 -- held head in the runnable set (keys.HeldOffset): its score is HELD + the
 -- time its claim lapses or its retry hold ends, so the scores 1 … HELD-1 are
 -- exactly the heads free to claim, and the held ones sort by when they free
--- up. Every write to a heads chunk also sets its pin field, CHUNK_PIN (a
--- name that is no row's), to CHUNK_PIN_VALUE: a value longer than Redis's
--- default hash-max-listpack-value (64 bytes) keeps the hash in hashtable
--- encoding. A chunk holds hundreds of fields, and in a listpack every field
--- read or written is a scan of the whole hash.
+-- up. Every write to a heads chunk of a session of CHUNK_PIN_FROM events
+-- or more also sets its pin field, CHUNK_PIN (a name that is no row's), to
+-- CHUNK_PIN_VALUE: a value longer than Redis's default
+-- hash-max-listpack-value (64 bytes) keeps the hash in hashtable encoding.
+-- A chunk holds hundreds of fields, and in a listpack every field read or
+-- written is a scan of the whole hash. A smaller session's few rows stay a
+-- small listpack, never pinned, and its settle rebuilds none of them.
 
 -- The index of a clear marker from its key's value (keys.Session.Clear):
 -- '<index>', or '<index>:<created at>:<id>' once the session collapsed to
