@@ -19,6 +19,7 @@ import (
 
 	"github.com/a2redis/a2redis"
 	"github.com/a2redis/a2redis/internal/redistest"
+	"github.com/a2redis/a2redis/internal/rows"
 	"github.com/a2redis/a2redis/internal/scripts"
 	"github.com/a2redis/a2redis/internal/workerreg"
 	"github.com/a2redis/a2redis/keys"
@@ -283,6 +284,19 @@ func faultCases() []faultCase {
 		deadLettered(ctx, t, s)
 		return nil
 	}
+	// deadLetterPastPinOp: deadLetterOneOp in a session past
+	// rows.ChunkPinFrom events, whose head chunk is pinned, so read by the
+	// rebuild (a smaller session's is not).
+	deadLetterPastPinOp := func(ctx context.Context, t *testing.T, s *redisstore.Store) error {
+		plain := make([]a2redis.Event, rows.ChunkPinFrom)
+		for i := range plain {
+			plain[i] = event()
+		}
+		_, err := s.Append(ctx, faultSession, plain, redisstore.AppendOptions{})
+		require.NoError(t, err)
+		deadLettered(ctx, t, s)
+		return nil
+	}
 	logged := a2redis.Consumer{Name: "g", Log: &a2redis.LogSpec{Lane: "log", Types: []string{"t"}, Backfill: true}}
 	// completeAndClaimNext: a head of lane (or of the log consumer, with
 	// log) completed with its cursor's next head claimed in the same call.
@@ -412,9 +426,9 @@ func faultCases() []faultCase {
 		{script: "compact_log", what: "the log is a hash (XLEN before the rebuild)", plant: func(k keys.Session, _ keys.Ready) func(context.Context, rueidis.Client) error {
 			return wrongType(k.Log(), true)
 		}, op: deadLetterOneOp},
-		{script: "compact_log", what: "the head chunk is a string (HLEN before the first write)", plant: func(k keys.Session, _ keys.Ready) func(context.Context, rueidis.Client) error {
+		{script: "compact_log", what: "the head chunk is a string (HEXISTS before the first write)", plant: func(k keys.Session, _ keys.Ready) func(context.Context, rueidis.Client) error {
 			return wrongType(k.Heads(0), false)
-		}, op: deadLetterOneOp, realOnly: true},
+		}, op: deadLetterPastPinOp, realOnly: true},
 		{script: "index_type", what: "typed registry does not decode", plant: typed, op: func(ctx context.Context, t *testing.T, s *redisstore.Store) error {
 			_, err := s.Append(ctx, faultSession, []a2redis.Event{event(), event()}, redisstore.AppendOptions{})
 			require.NoError(t, err)

@@ -30,10 +30,14 @@ else
     compacted = 0
   else
     -- The log is dense from its first entry to the session's head: with
-    -- at most max_entries entries its rows lie in one or two chunks.
-    local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)
-    local low = tonumber(string.match(first[1][1], '^(%d+)'))
+    -- at most max_entries entries its rows lie in one or two chunks. A
+    -- session below CHUNK_PIN_FROM events pinned none: nothing to read.
     local chunks = {}
+    local low = head + 1
+    if head >= CHUNK_PIN_FROM then
+      local first = redis.call('XRANGE', log, '-', '+', 'COUNT', 1)
+      low = tonumber(string.match(first[1][1], '^(%d+)'))
+    end
     if head >= low then
       for c = math.floor((low - 1) / CHUNK), math.floor((head - 1) / CHUNK) do
         local key = session .. KEY_HEADS .. string.format('%d', c)
