@@ -243,7 +243,12 @@ sliced('ZADD', session .. KEY_RUNNABLE, moved)
 local skip_text = skip_lowered(bounds[5], moved)
 if skip_text then redis.call('SET', session .. KEY_SKIP, skip_text) end
 sliced('ZREM', session .. KEY_RUNNABLE, removed)
-if idle > 0 then redis.call('SET', session .. KEY_LIVE, int(live - idle)) end
+-- A live count of 0 is no key (it reads as 0, as after a clear).
+if idle > 0 and live - idle > 0 then
+  redis.call('SET', session .. KEY_LIVE, int(live - idle))
+elseif idle > 0 then
+  redis.call('DEL', session .. KEY_LIVE)
+end
 -- Heads in flight per consumer (keys.Session.Flight): each completion
 -- ends one, each next head claimed starts one.
 --@inline flat_flight
@@ -273,7 +278,6 @@ if spec and spec ~= '' and live - idle <= 0 then
     local compact_read = redis.pcall
     local compacted = 0
     --@inline compact
-    if compacted == 1 then redis.call('DEL', session .. KEY_LIVE) end
   end
 end
 return outcomes
