@@ -124,30 +124,7 @@ func (h *harness) workerStore(ctx context.Context, consumers []a2redis.Consumer)
 // completed, then stops it (the stop is timed too: a worker's last
 // completions are written as it stops).
 func runWorker(ctx context.Context, st *redisstore.Store, consumer string, n int, handler worker.Handler) (int64, error) {
-	var completed atomic.Int64
-	w, err := worker.New(st, worker.Config{
-		Concurrency:  workerConcurrency,
-		AllConsumers: len(st.Consumers()) == 0,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Hooks: worker.Hooks{OnOutcome: func(_ context.Context, o worker.Outcome) {
-			if o.Kind == worker.OutcomeCompleted {
-				completed.Add(1)
-			}
-		}},
-	}, worker.Handle(consumer, handler))
-	if err != nil {
-		return 0, err
-	}
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	err = waitFor(ctx, 2*time.Minute, "the worker", func() bool { return completed.Load() >= int64(n) })
-	if serr := w.Shutdown(ctx); err == nil {
-		err = serr
-	}
-	if rerr := <-done; err == nil {
-		err = rerr
-	}
-	return completed.Load(), err
+	return runWorkers(ctx, []*redisstore.Store{st}, consumer, n, handler)
 }
 
 // runWorkers runs a worker on each store (one process each, as far as the

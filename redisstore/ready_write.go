@@ -250,16 +250,26 @@ func (l *readyLines) ride(shard int, u readyUpdate) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	line := l.lineLocked(shard)
+	if line.keepLocked(u) {
+		l.armLocked(shard, line)
+	}
+}
+
+// keepLocked keeps u among the line's riders, the newer of it and its
+// session's rider there; a session not riding yet is refused past
+// ridersLimit (its session stays listed at its earlier time: safe). It
+// reports whether u was kept (l.mu held).
+func (line *readyLine) keepLocked(u readyUpdate) bool {
 	if line.riders == nil {
 		line.riders = map[string]readyUpdate{}
 	}
 	if old, ok := line.riders[u.session]; ok {
 		u = newestOf(old, u)
 	} else if len(line.riders) >= ridersLimit {
-		return
+		return false
 	}
 	line.riders[u.session] = u
-	l.armLocked(shard, line)
+	return true
 }
 
 // rideAlong keeps u riding when an update of its session already rides
@@ -289,13 +299,9 @@ func (s *Store) rideAlong(shard int, u readyUpdate) bool {
 			return false
 		}
 	}
-	if line.riders == nil {
-		line.riders = map[string]readyUpdate{}
+	if !line.keepLocked(u) {
+		return false
 	}
-	if old, ok := line.riders[u.session]; ok {
-		u = newestOf(old, u)
-	}
-	line.riders[u.session] = u
 	l.armLocked(shard, line)
 	return true
 }
@@ -404,15 +410,7 @@ func (line *readyLine) withRidersLocked(updates []readyUpdate) []readyUpdate {
 // here, so a store whose client closed stops trying).
 func (line *readyLine) giveBackLocked(riders []readyUpdate) {
 	for _, r := range riders {
-		if line.riders == nil {
-			line.riders = map[string]readyUpdate{}
-		}
-		if old, ok := line.riders[r.session]; ok {
-			r = newestOf(old, r)
-		} else if len(line.riders) >= ridersLimit {
-			continue
-		}
-		line.riders[r.session] = r
+		line.keepLocked(r)
 	}
 }
 
